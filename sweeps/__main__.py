@@ -1,0 +1,3 @@
+from sweeps.cli import main
+
+raise SystemExit(main())

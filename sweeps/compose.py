@@ -1,0 +1,120 @@
+"""Hydra composition: argv overrides -> a plain, resolved dict. The only module that imports Hydra.
+
+Hydra errors are turned into :class:`~sweeps.errors.BadInput` messages that name the key, list the valid
+options, and suggest the closest key for a typo.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sweeps import paths
+from sweeps.errors import BadInput
+
+PRIMARY = "config"
+
+
+def groups(conf: Path | None = None) -> dict[str, list[str]]:
+    """Config groups and their options, read from the config folder (no Hydra import)."""
+    conf = conf or paths.conf_dir()
+    out: dict[str, list[str]] = {}
+    for d in sorted(p for p in conf.iterdir() if p.is_dir()):
+        out[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
+    return out
+
+
+def _flatten(node: Any, prefix: str = "") -> list[str]:
+    if not isinstance(node, Mapping):
+        return [prefix] if prefix else []
+    keys = [prefix] if prefix else []
+    for k, v in node.items():
+        keys += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    return keys
+
+
+def _compose_raw(overrides: Sequence[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3", job_name="sweeps"):
+        return compose(config_name=PRIMARY, overrides=list(overrides))
+
+
+def _override_key(override: str) -> str:
+    return re.split(r"[=~]", override.lstrip("+~"), maxsplit=1)[0].strip()
+
+
+def _explain(exc: Exception, overrides: Sequence[str]) -> BadInput:
+    """Translate a Hydra exception into a message naming the key and the valid choices."""
+    text = str(exc).strip()
+    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing:
+        group, option = missing.groups()
+        options = groups().get(group, [])
+        return BadInput(f"{group}: unknown option {option!r}; available {group} options: "
+                        f"{', '.join(options) or '(none)'}")
+    key_error = re.search(r"Could not (?:override|append to|delete from) '([^']+)'", text) or re.search(
+        r"Key '([^']+)' is not in struct", text)
+    if key_error:
+        bad = key_error.group(1)
+        rest = [o for o in overrides if _override_key(o) != bad]
+        hint = ""
+        try:
+            from omegaconf import OmegaConf
+
+            keys = _flatten(OmegaConf.to_container(_compose_raw(rest), resolve=False))
+            close = difflib.get_close_matches(bad, keys, n=3, cutoff=0.6)
+            if close:
+                hint = f"; did you mean {' or '.join(close)}?"
+        except Exception:  # the suggestion is best-effort; the error itself stands
+            pass
+        return BadInput(f"{bad}: no such config key{hint} (use +{bad}=... only to add a new key)")
+    if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text \
+            or "Error parsing override" in text:
+        return BadInput(f"malformed override: {text.splitlines()[0]}; overrides look like key=value, "
+                        f"group=option or +experiment=NAME")
+    return BadInput(f"config composition failed: {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+def compose_config(overrides: Sequence[str]) -> Any:
+    """Compose ``conf/`` with Hydra overrides; returns the (unresolved) DictConfig."""
+    bad = [o for o in overrides if "=" not in o and not o.startswith("~")]
+    if bad:
+        raise BadInput(*(f"malformed override {o!r}: expected key=value, group=option or +experiment=NAME"
+                         for o in bad))
+    try:
+        return _compose_raw(overrides)
+    except Exception as exc:  # Hydra raises several unrelated exception types
+        if exc.__class__.__module__.split(".")[0] not in ("hydra", "omegaconf"):
+            raise
+        raise _explain(exc, overrides) from None
+
+
+def to_plain(cfg: Any) -> dict[str, Any]:
+    """Resolve interpolations and convert to plain Python containers (what crosses into Ray)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        out = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "config"
+        raise BadInput(f"{key}: cannot resolve interpolation: {str(exc).splitlines()[0]}") from None
+    assert isinstance(out, dict)
+    return out
+
+
+def to_yaml(cfg: Any, resolve: bool = False) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg, resolve=resolve)
+
+
+def compose(overrides: Sequence[str]) -> dict[str, Any]:
+    """Compose and resolve: the plain dict that :func:`sweeps.config.build_spec` validates."""
+    return to_plain(compose_config(overrides))

@@ -1,0 +1,123 @@
+"""The sweep index: one JSON record per sweep under ``$SWEEPS_HOME/sweeps/``.
+
+It is how ``list``, ``report``, ``resume``, ``extend``, ``promote`` and the scheduler find a sweep by id (or
+``latest``) without asking Ray or MLflow. Records are written atomically (write + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeps import paths
+from sweeps.errors import BadInput
+
+
+@dataclass
+class SweepRecord:
+    sweep_id: str
+    experiment: str
+    created: float
+    status: str  # running | finished | interrupted | failed
+    storage_path: str
+    experiment_dirs: list[str]
+    tracking_uri: str
+    mlflow_experiment_id: str | None = None
+    parent_run_id: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # redacted composed config
+    digest: str = ""
+    metric: str = ""
+    mode: str = ""
+    searcher: str = ""
+    scheduler: str = ""
+    best: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    wall_s: float | None = None
+    report_dir: str | None = None
+    schedule: str | None = None
+    previous_sweep_id: str | None = None
+    driver_pid: int | None = None
+    slots: int | None = None
+
+    @property
+    def experiment_dir(self) -> str:
+        return self.experiment_dirs[0]
+
+
+def new_sweep_id(experiment: str) -> str:
+    """Stable, sortable, unique: ``<experiment>-<UTC yyyymmdd-hhmmss>-<4 hex>``."""
+    return f"{experiment}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def _path(sweep_id: str) -> Path:
+    return paths.index_dir() / f"{sweep_id}.json"
+
+
+def save(rec: SweepRecord) -> None:
+    folder = paths.index_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(rec), f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, _path(rec.sweep_id))
+
+
+def update(sweep_id: str, **changes: Any) -> SweepRecord:
+    rec = load(sweep_id)
+    for k, v in changes.items():
+        setattr(rec, k, v)
+    save(rec)
+    return rec
+
+
+def all_records() -> list[SweepRecord]:
+    folder = paths.index_dir()
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in folder.glob("*.json"):
+        if p.name.startswith(".tmp-"):
+            continue
+        try:
+            out.append(SweepRecord(**json.loads(p.read_text())))
+        except (ValueError, TypeError):
+            continue  # a foreign or corrupt file is not a sweep
+    return sorted(out, key=lambda r: r.created)
+
+
+def load(sweep_id: str) -> SweepRecord:
+    """The record for ``sweep_id`` (or ``latest``).
+
+    Raises:
+        BadInput: when no such sweep exists (lists the newest ids).
+    """
+    records = all_records()
+    if sweep_id == "latest":
+        if not records:
+            raise BadInput(f"SWEEP_ID: no sweeps yet under {paths.index_dir()}; run one with "
+                           f"`python -m sweeps run +experiment=quickstart`")
+        return records[-1]
+    p = _path(sweep_id)
+    if not p.is_file() or "/" in sweep_id:
+        known = ", ".join(r.sweep_id for r in records[-5:]) or "(none)"
+        raise BadInput(f"SWEEP_ID: no sweep {sweep_id!r} under {paths.index_dir()}; recent: {known} "
+                       f"(see `python -m sweeps list`)")
+    return SweepRecord(**json.loads(p.read_text()))
+
+
+def latest_for(experiment: str, schedule: str | None = None, before: str | None = None) -> SweepRecord | None:
+    """The newest finished sweep of an experiment (optionally of one schedule), other than ``before``."""
+    for rec in reversed(all_records()):
+        if rec.experiment != experiment or rec.sweep_id == before or rec.status != "finished":
+            continue
+        if schedule is not None and rec.schedule != schedule:
+            continue
+        return rec
+    return None

@@ -1,0 +1,111 @@
+"""Assemble Ray's own searcher, scheduler and Tuner from a :class:`SweepSpec`.
+
+Searchers and schedulers are Ray's (and Optuna's, HyperOpt's) classes, instantiated from their ``_target_``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import Any
+
+from sweeps import space
+from sweeps.config import SweepSpec
+from sweeps.plan import Plan
+from sweeps.trial import TrialSetup, import_dotted, run_trial
+
+log = logging.getLogger(__name__)
+
+
+def _instantiate(node: dict[str, Any], **kwargs: Any) -> Any:
+    """``_target_`` + ``hydra.utils.instantiate``; passes only the kwargs the target accepts."""
+    from hydra.utils import instantiate
+
+    cfg = {k: v for k, v in node.items() if k != "name"}
+    target = import_dotted(cfg["_target_"])
+    try:
+        accepted = inspect.signature(target).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    except (TypeError, ValueError):
+        pass
+    return instantiate(cfg, _convert_="all", **kwargs)
+
+
+def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any]] | None = None) -> Any:
+    """The search algorithm, with warm-start points to evaluate first."""
+    points = list(points if points is not None else spec.sweep.points_to_evaluate)
+    kwargs: dict[str, Any] = {}
+    if spec.searcher["_target_"].endswith("BasicVariantGenerator"):
+        # An instance ignores TuneConfig.max_concurrent_trials (RAY_NOTES §5): give it its own limit.
+        kwargs.update(random_state=spec.sweep.seed, max_concurrent=concurrency)
+    else:
+        kwargs.update(metric=spec.sweep.metric, mode=spec.sweep.mode)
+    if points:
+        kwargs["points_to_evaluate"] = points
+    return _instantiate(spec.searcher, **kwargs)
+
+
+def build_scheduler(spec: SweepSpec) -> Any:
+    node = dict(spec.scheduler)
+    kwargs: dict[str, Any] = {}
+    if "hyperparam_mutations" in node:
+        kwargs["hyperparam_mutations"] = space.to_tune(node.pop("hyperparam_mutations") or {})
+    return _instantiate(node, **kwargs)
+
+
+def param_space(spec: SweepSpec) -> dict[str, Any]:
+    return space.to_tune(spec.space, grid_choices=spec.searcher_name == "grid")
+
+
+def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
+    t = spec.trainable
+    resources = {k.upper() if k.lower() in ("cpu", "gpu") else k: v for k, v in t.resources_per_worker.items()}
+    if t.use_gpu:
+        resources["GPU"] = resources.get("GPU") or 1.0
+    return TrialSetup(
+        loop=t.loop, params=dict(t.params), num_workers=t.num_workers, use_gpu=t.use_gpu,
+        resources_per_worker=resources, placement_strategy=t.placement_strategy,
+        storage_path=spec.storage_path, train_dir=str(Path(spec.storage_path) / f"{sweep_id}-train"),
+        worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
+        checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed}, datasets=t.datasets,
+    )
+
+
+def trainable(spec: SweepSpec, sweep_id: str) -> Any:
+    from ray import tune
+
+    fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
+    return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus})
+
+
+def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
+                points: list[dict[str, Any]] | None = None, searcher: Any = None,
+                num_samples: int | None = None, name: str | None = None) -> Any:
+    """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one)."""
+    from ray import tune
+
+    tune_config = tune.TuneConfig(
+        metric=spec.sweep.metric,
+        mode=spec.sweep.mode,
+        search_alg=searcher if searcher is not None else build_searcher(spec, plan.concurrent_trials, points),
+        scheduler=build_scheduler(spec),
+        num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
+        max_concurrent_trials=plan.concurrent_trials,
+        time_budget_s=spec.sweep.time_budget_s,
+    )
+    run_config = tune.RunConfig(
+        name=name or sweep_id,
+        storage_path=spec.storage_path,
+        callbacks=callbacks,
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=spec.checkpoint_num_to_keep,
+            checkpoint_score_attribute=spec.sweep.metric,
+            checkpoint_score_order=spec.sweep.mode,
+        ),
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        verbose=1,
+    )
+    return tune.Tuner(trainable(spec, sweep_id), param_space=param_space(spec), tune_config=tune_config,
+                      run_config=run_config)

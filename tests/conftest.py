@@ -1,0 +1,84 @@
+"""Shared fixtures. Every test writes under tmp_path; Ray gets a short private temp dir and HOME.
+
+``sweeps_env`` isolates a test: $SWEEPS_HOME (MLflow store, Ray results, sweep index), the cwd (reports/),
+Ray's temp dir and auth token. ``run_cli`` runs ``python -m sweeps`` as a real subprocess in that env.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Small, fast settings for real sweeps on a 2-core box.
+FAST = [
+    "trainable.params.epochs=3",
+    "cluster.health_check_interval_s=0.1",
+    "cluster.worker_start_timeout_s=60",
+]
+
+
+class SweepsEnv:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # unix sockets need short paths
+        self.user_home = root / "user"
+        self.user_home.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "SWEEPS_HOME": str(self.home),
+            "SWEEPS_CONF_DIR": str(REPO / "conf"),
+            "RAY_TMPDIR": str(self.ray_tmp),
+            "HOME": str(self.user_home),  # Ray writes its auth token under ~/.ray: keep it in the test
+            "PYTHONUNBUFFERED": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"sqlite:///{self.home / 'mlflow.db'}"
+
+    def run(self, *args: str, timeout: float = 600, check: bool = False,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sweeps", *args], cwd=self.root, env={**self.env, **(extra_env or {})},
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"sweeps {' '.join(args)} exited {proc.returncode}\n"
+                                 f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}")
+        return proc
+
+    def popen(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweeps", *args], cwd=self.root, env={**self.env, **(extra_env or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepsEnv]:
+    env = SweepsEnv(tmp_path)
+    for key in ("SWEEPS_HOME", "SWEEPS_CONF_DIR", "RAY_TMPDIR", "HOME"):
+        monkeypatch.setenv(key, env.env[key])
+    monkeypatch.chdir(tmp_path)
+    yield env
+    env.cleanup()
+
+
+def mlflow_client(uri: str):  # noqa: ANN201 - test helper
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)

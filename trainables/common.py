@@ -1,0 +1,142 @@
+"""Helpers shared by the bundled trainables: checkpoints, resume, the training knobs.
+
+Free of Hydra and MLflow on purpose: this module runs inside Ray Train workers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+MODEL_FILE = "model.pt"
+OPTIM_FILE = "optimizer.pt"
+META_FILE = "meta.json"
+CHECKPOINT_FILES = (MODEL_FILE, OPTIM_FILE, META_FILE)
+
+# Key under which the orchestrator hands a Tune checkpoint (PBT donor, retry, resume) to the workers.
+RESUME_KEY = "_resume_from"
+
+
+def resume_checkpoint(config: dict[str, Any]) -> Any | None:
+    """The checkpoint to resume from, or None for a fresh start.
+
+    A restarted Train worker group (``ray.train.FailureConfig``) sees its own latest checkpoint through
+    ``ray.train.get_checkpoint()``; that one wins. Otherwise the orchestrator may pass a directory in
+    ``config["_resume_from"]`` (PBT exploit, Tune retry, ``sweeps resume``).
+    """
+    import ray.train
+
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        return ckpt
+    path = config.get(RESUME_KEY)
+    if path:
+        return ray.train.Checkpoint(path)
+    return None
+
+
+def set_threads(config: dict[str, Any]) -> None:
+    """Size torch's intra-op threads to the worker's CPUs (oversubscribing a small box thrashes)."""
+    import torch
+
+    n = config.get("torch_threads") or config.get("cpus_per_worker") or 1
+    torch.set_num_threads(max(1, int(n)))
+
+
+def effective_lr(config: dict[str, Any], world_size: int) -> float:
+    """The learning rate a worker uses: ``lr``, times the world size when ``scale_lr`` is on (linear rule)."""
+    lr = float(config["lr"])
+    return lr * world_size if config.get("scale_lr", False) else lr
+
+
+def accumulation_steps(config: dict[str, Any]) -> int:
+    """Gradient accumulation steps from config (default 1); refuses values below 1."""
+    steps = int(config.get("grad_accum_steps", 1))
+    if steps < 1:
+        raise ValueError(f"grad_accum_steps must be >= 1, got {steps}")
+    return steps
+
+
+def apply_hparams(optimizer: Any, lr: float, weight_decay: float | None = None) -> None:
+    """Force the trial's current hyperparameters into a (possibly restored) optimizer.
+
+    A restored optimizer state carries the donor's learning rate; PBT's explore step must win.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        if weight_decay is not None:
+            group["weight_decay"] = weight_decay
+
+
+def save_checkpoint(directory: str, model: Any, optimizer: Any, meta: dict[str, Any]) -> None:
+    """Write model/optimizer state dicts and a JSON meta file into ``directory``."""
+    import torch
+
+    raw = model.module if hasattr(model, "module") else model
+    torch.save(raw.state_dict(), os.path.join(directory, MODEL_FILE))
+    torch.save(optimizer.state_dict(), os.path.join(directory, OPTIM_FILE))
+    Path(directory, META_FILE).write_text(json.dumps(meta, sort_keys=True, default=str))
+
+
+def load_checkpoint(directory: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Read (model_state, optimizer_state, meta) written by :func:`save_checkpoint`.
+
+    Uses ``torch.load(weights_only=True)``: a checkpoint never executes code.
+    """
+    import torch
+
+    missing = [f for f in CHECKPOINT_FILES if not os.path.isfile(os.path.join(directory, f))]
+    if missing:
+        raise FileNotFoundError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
+    model_state = torch.load(os.path.join(directory, MODEL_FILE), map_location="cpu", weights_only=True)
+    optim_state = torch.load(os.path.join(directory, OPTIM_FILE), map_location="cpu", weights_only=True)
+    meta = json.loads(Path(directory, META_FILE).read_text())
+    return model_state, optim_state, meta
+
+
+@contextmanager
+def checkpoint_dir(rank: int, epoch: int, every: int) -> Iterator[str | None]:
+    """A temp dir for rank 0 on checkpointing epochs, else None (only rank 0 passes a checkpoint)."""
+    if rank != 0 or every <= 0 or epoch % every != 0:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="ckpt-") as d:
+        yield d
+
+
+class Stopwatch:
+    """Splits an epoch's wall time into data-loading time and compute time."""
+
+    def __init__(self) -> None:
+        self.data_s = 0.0
+        self.compute_s = 0.0
+        self._t = time.perf_counter()
+
+    def data_done(self) -> None:
+        now = time.perf_counter()
+        self.data_s += now - self._t
+        self._t = now
+
+    def compute_done(self) -> None:
+        now = time.perf_counter()
+        self.compute_s += now - self._t
+        self._t = now
+
+    def metrics(self) -> dict[str, float]:
+        total = self.data_s + self.compute_s
+        return {
+            "time/data_s": self.data_s,
+            "time/compute_s": self.compute_s,
+            "time/data_frac": self.data_s / total if total > 0 else 0.0,
+        }
+
+
+def finite_or_nan(x: float) -> float:
+    return x if math.isfinite(x) else float("nan")
