@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every test tier that can run here: fast, slow (real sweeps), browser. GPU tests skip without CUDA.
+# Every test tier: fast, slow (real sweeps), browser; `gpu` tests skip themselves without CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m pytest -m "not gpu" "$@"
+exec .venv/bin/python -m pytest "$@"

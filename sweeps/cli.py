@@ -143,9 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resume":
             sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
             sp.add_argument("--retry-errored", action="store_true", help="also rerun trials that errored")
+            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep "
+                            "(e.g. sweep.max_concurrent_trials=1)")
         elif name == "extend":
             sp.add_argument("sweep_id", metavar="SWEEP_ID")
             sp.add_argument("--more-trials", type=int, required=True, metavar="N", help="trials to add")
+            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep")
         elif name == "sync":
             sp.add_argument("sweep_id", metavar="SWEEP_ID")
         elif name == "report":

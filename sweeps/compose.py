@@ -87,12 +87,33 @@ def compose_config(overrides: Sequence[str]) -> Any:
     if bad:
         raise BadInput(*(f"malformed override {o!r}: expected key=value, group=option or +experiment=NAME"
                          for o in bad))
-    try:
-        return _compose_raw(overrides)
-    except Exception as exc:  # Hydra raises several unrelated exception types
-        if exc.__class__.__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        raise _explain(exc, overrides) from None
+    overrides = list(overrides)
+    for _ in range(len(overrides) + 1):
+        try:
+            return _compose_raw(overrides)
+        except Exception as exc:  # Hydra raises several unrelated exception types
+            if exc.__class__.__module__.split(".")[0] not in ("hydra", "omegaconf"):
+                raise
+            replaced = _replace_mapping(exc, overrides)
+            if replaced is None:
+                raise _explain(exc, overrides) from None
+            overrides = replaced
+    raise BadInput("config composition failed: could not apply the overrides")
+
+
+def _replace_mapping(exc: Exception, overrides: list[str]) -> list[str] | None:
+    """``key={...}`` on an existing mapping replaces it whole (Hydra would merge, and refuse new fields).
+
+    So ``search_space.lr={dist: choice, values: [0.01, 0.1]}`` swaps a parameter's distribution.
+    """
+    m = re.search(r"Could not override '([^']+)'", str(exc))
+    if not m:
+        return None
+    key = m.group(1)
+    for i, o in enumerate(overrides):
+        if not o.startswith(("+", "~")) and _override_key(o) == key and o.split("=", 1)[1].lstrip().startswith("{"):
+            return [*overrides[:i], f"~{key}", f"+{o}", *overrides[i + 1:]]
+    return None
 
 
 def to_plain(cfg: Any) -> dict[str, Any]:

@@ -170,7 +170,7 @@ class _Reader:
     def get(self, sec: str, key: str, kind: str, default: Any = ..., choices: tuple[str, ...] = ()) -> Any:
         node = self.section(sec)
         full = f"{sec}.{key}"
-        if key not in node:
+        if key not in node or (node[key] is None and default is ...):
             if default is ...:
                 self.errors.append(f"{full}: required")
             return None if default is ... else default
@@ -292,6 +292,9 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     name = r.get("sweep", "name", "str")
     metric = r.get("sweep", "metric", "str")
     mode = r.get("sweep", "mode", "str", choices=MODES)
+    if metric is None or mode is None:
+        r.errors.append("sweep.metric/sweep.mode: the searcher and scheduler need the metric to optimize and "
+                        "its mode (min or max)")
     num_samples = r.get("sweep", "num_samples", "int")
     max_conc = r.get("sweep", "max_concurrent_trials", "int", default=0)
     budget = r.get("sweep", "time_budget_s", "num", default=None)

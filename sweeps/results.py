@@ -96,6 +96,17 @@ def _best_checkpoint(trial: Any, metric: str, mode: str) -> str | None:
     return best[1] if best else None
 
 
+def epochs_of(config: dict[str, Any]) -> int | None:
+    """The per-trial epoch budget from a sweep's stored config (``trainable.params.epochs``)."""
+    epochs = ((config.get("trainable") or {}).get("params") or {}).get("epochs")
+    return int(epochs) if isinstance(epochs, int) else None
+
+
+def load_for(rec: Any) -> list[TrialRecord]:
+    """All trials of a stored sweep (a :class:`sweeps.store.SweepRecord`)."""
+    return load_records(rec.experiment_dirs, rec.metric, rec.mode, epochs_of(rec.config))
+
+
 def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int | None = None
                  ) -> list[TrialRecord]:
     """All trials of a sweep (over its original run and any extensions)."""
@@ -109,11 +120,10 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
         for trial in analysis.trials:
             history = read_history(trial.path) if trial.path else []
             last = history[-1] if history else {}
-            epoch = last.get("epoch")
-            done = bool((trial.last_result or {}).get("done", False))
-            early = trial.status == "TERMINATED" and not done
-            if epochs and epoch is not None:
-                early = trial.status == "TERMINATED" and epoch < epochs
+            epoch = last.get("epoch", last.get("training_iteration"))
+            budget = (trial.config or {}).get("epochs", epochs)
+            # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
+            early = bool(trial.status == "TERMINATED" and budget and epoch is not None and epoch < budget)
             error = None
             if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).is_file():
                 text = Path(trial.error_file).read_text(errors="replace").strip().splitlines()
@@ -125,3 +135,35 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
                 best_checkpoint=_best_checkpoint(trial, metric, mode), num_failures=trial.num_failures,
             ))
     return records
+
+
+def read_param_schedules(records: list[TrialRecord]) -> dict[str, dict[str, tuple[tuple[int, Any], ...]]]:
+    """``{trial_id: {param: ((iteration, value), ...)}}`` for each parameter whose value changed in a trial.
+
+    Tune writes the trial's config into each ``result.json`` row; PBT's explore step changes it mid-trial.
+    Only the changes are kept (the first value, then each new one), so ASHA/FIFO trials yield nothing.
+    """
+    out: dict[str, dict[str, tuple[tuple[int, Any], ...]]] = {}
+    for rec in records:
+        path = Path(rec.path, "result.json") if rec.path else None
+        if path is None or not path.is_file():
+            continue
+        seqs: dict[str, list[tuple[int, Any]]] = {}
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # a half-written last line after a crash
+            if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
+                continue
+            step = int(row.get("training_iteration", i))
+            for k, v in row["config"].items():
+                if str(k).startswith("_"):
+                    continue
+                seq = seqs.setdefault(str(k), [])
+                if not seq or seq[-1][1] != v:
+                    seq.append((step, v))
+        changed = {k: tuple(v) for k, v in seqs.items() if len(v) > 1}
+        if changed:
+            out[rec.trial_id] = changed
+    return out

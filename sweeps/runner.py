@@ -12,7 +12,8 @@ import platform
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,25 +222,36 @@ class _Signals:
         signal.signal(signal.SIGTERM, self.prev)
 
 
-def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None = None,
-            previous: str | None = None, points: list[dict[str, Any]] | None = None,
-            searcher_state_dir: str | None = None) -> Outcome:
-    """Run a validated sweep end to end."""
+@contextmanager
+def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
+    """Check everything that can be checked, start (or join) Ray, yield (plan, MLflow client); stop Ray.
+
+    Order matters: the plan and the tracking/storage probes run before anything is written.
+    """
     from sweeps import raystart
 
-    tracking.probe(spec.tracking.uri)
-    check_remote(spec)
-    check_storage(spec)
     local = spec.cluster.mode == "local"
     pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
+    check_remote(spec)
+    tracking.probe(spec.tracking.uri)
+    check_storage(spec)
     c = tracking.client(spec.tracking.uri)
     tracking.close_stale_runs(c)
-
     raystart.start(spec, pre.num_cpus_to_start if pre else None)
     try:
         the_plan = pre or plan.make_plan(spec, plan.cluster_resources(), local=False)
         if not local:
             check_shared_storage(spec)
+        yield the_plan, c
+    finally:
+        raystart.stop()
+
+
+def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None = None,
+            previous: str | None = None, points: list[dict[str, Any]] | None = None,
+            searcher_state_dir: str | None = None) -> Outcome:
+    """Run a validated sweep end to end."""
+    with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
         c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous)
         rec = store.SweepRecord(
@@ -252,21 +264,18 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
             slots=the_plan.concurrent_trials,
         )
         store.save(rec)
-        log.info("sweep %s: %d trial(s), %d at a time; results in %s", sweep_id,
-                 the_plan.total_trials or -1, the_plan.concurrent_trials, rec.experiment_dir)
+        log.info("sweep %s: %s trial(s), %d at a time; results in %s", sweep_id,
+                 the_plan.total_trials or "unbounded", the_plan.concurrent_trials, rec.experiment_dir)
         tracker = make_tracker(spec, rec)
         searcher = None
         if searcher_state_dir:
-            from sweeps.tuner import build_searcher
+            from sweeps.tuner import restored_searcher
 
-            searcher = build_searcher(spec, the_plan.concurrent_trials, points)
-            searcher.restore_from_dir(searcher_state_dir)
+            searcher = restored_searcher(spec, the_plan.concurrent_trials, searcher_state_dir, points)
         from sweeps.tuner import build_tuner
 
         tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
-        return _fit_and_finish(spec, rec, tuner, tracker, c)
-    finally:
-        raystart.stop()
+        return fit_and_finish(spec, rec, tuner, tracker, c)
 
 
 def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
@@ -284,7 +293,7 @@ def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
     )
 
 
-def _fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any) -> Outcome:
+def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any) -> Outcome:
     """Fit; whatever happens, leave every MLflow run final and the index record honest."""
     t0 = time.monotonic()
     status, interrupted = "failed", False

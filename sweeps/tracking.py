@@ -235,6 +235,11 @@ class _Tracker:
         self.failed_sends = 0
         self._client: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
+        return state
+
     # -- plumbing ---------------------------------------------------------------------------------------
     @property
     def client(self) -> Any:

@@ -47,6 +47,35 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
     return _instantiate(spec.searcher, **kwargs)
 
 
+def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
+                      points: list[dict[str, Any]] | None = None, generation: int = 1) -> Any:
+    """A searcher that continues where an earlier sweep's left off (``extend``, nightly warm start).
+
+    Model-based searchers (Optuna, HyperOpt) are restored from ``searcher-state-*.pkl`` in the earlier
+    Tune experiment folder, so their suggestions use every finished trial. Random/grid search has no model:
+    it gets a fresh random stream (seed + generation) instead of repeating the earlier samples.
+    """
+    if spec.searcher["_target_"].endswith("BasicVariantGenerator"):
+        kwargs: dict[str, Any] = {"random_state": spec.sweep.seed + 1000 * generation,
+                                  "max_concurrent": concurrency}
+        if points:
+            kwargs["points_to_evaluate"] = points
+        return _instantiate(spec.searcher, **kwargs)
+    searcher = build_searcher(spec, concurrency)
+    searcher.restore_from_dir(state_dir)
+    study = getattr(searcher, "_ot_study", None)  # OptunaSearch: queue warm-start points in the study
+    if points and study is not None:
+        for point in points:
+            study.enqueue_trial(point)
+    elif points:
+        log.warning("%s restored from %s: warm-start points are not re-queued", spec.searcher_name, state_dir)
+    return searcher
+
+
+def is_restored(searcher: Any) -> bool:
+    return searcher is not None and not type(searcher).__name__.startswith("BasicVariant")
+
+
 def build_scheduler(spec: SweepSpec) -> Any:
     node = dict(spec.scheduler)
     kwargs: dict[str, Any] = {}
@@ -107,5 +136,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
         verbose=1,
     )
-    return tune.Tuner(trainable(spec, sweep_id), param_space=param_space(spec), tune_config=tune_config,
+    # A restored model-based searcher already holds its space: Tune refuses a second one.
+    space_ = {} if is_restored(searcher) else param_space(spec)
+    return tune.Tuner(trainable(spec, sweep_id), param_space=space_, tune_config=tune_config,
                       run_config=run_config)

@@ -1,0 +1,132 @@
+"""Real sweeps: 2-worker TorchTrainers on digits under ASHA, Optuna, HyperOpt; failed and NaN trials; the
+MLflow run tree in a SQLite store. Slow tier."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import SweepsEnv, mlflow_client
+
+pytestmark = pytest.mark.slow
+
+FAST = ["cluster.worker_start_timeout_s=60", "report.enabled=true"]
+
+
+def _record(env: SweepsEnv) -> dict:
+    (path,) = list((env.home / "sweeps").glob("*.json"))
+    return json.loads(path.read_text())
+
+
+def _trials(env: SweepsEnv, rec: dict):  # noqa: ANN202
+    from sweeps.results import epochs_of, load_records
+
+    return load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], epochs_of(rec["config"]))
+
+
+@pytest.fixture(scope="module")
+def asha(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepsEnv, dict, str]:
+    env = SweepsEnv(tmp_path_factory.mktemp("asha"))
+    # 2 lrs x 2 repeats: the tiny-lr trials fall behind at the first rung and ASHA stops them.
+    proc = env.run("run", "+experiment=quickstart", "sweep.num_samples=2", "search_space=digits_small",
+                   "search_space.lr={dist: grid, values: [0.00001, 0.03]}", "trainable.num_workers=2",
+                   "trainable.params.epochs=4", "scheduler.max_t=4", "scheduler.grace_period=1",
+                   "sweep.max_concurrent_trials=2", *FAST, check=True)
+    yield env, _record(env), proc.stdout
+    env.cleanup()
+
+
+def test_asha_sweep_trains_reports_and_stops_early(asha) -> None:  # noqa: ANN001
+    env, rec, stdout = asha
+    trials = _trials(env, rec)
+    assert len(trials) == 4
+    assert all(t.status == "TERMINATED" for t in trials)
+    assert all(t.values("val/acc") for t in trials), "every trial reported metrics"
+    assert sum(t.early_stopped for t in trials) >= 1, [(t.params, t.iterations) for t in trials]
+    best = max(max(t.values("val/acc")) for t in trials)
+    assert best >= 0.9, best
+    assert rec["status"] == "finished" and rec["best"]["value"] == pytest.approx(best)
+    assert f"sweep {rec['sweep_id']}: finished" in stdout and "best     :" in stdout
+    # checkpoints are real: model + optimizer + epoch
+    for t in trials:
+        assert t.best_checkpoint and Path(t.best_checkpoint, "model.pt").is_file()
+        assert json.loads(Path(t.best_checkpoint, "meta.json").read_text())["epoch"] >= 1
+
+
+def test_asha_run_tree_in_mlflow(asha) -> None:  # noqa: ANN001
+    env, rec, _ = asha
+    c = mlflow_client(env.tracking_uri)
+    exp = c.get_experiment_by_name("quickstart")
+    runs = c.search_runs([exp.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get("sweeps.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == rec["parent_run_id"]]
+    assert len(parents) == 1 and parents[0].info.run_id == rec["parent_run_id"]
+    assert len(children) == 4
+    assert {r.info.status for r in runs} == {"FINISHED"}, "no run may stay RUNNING"
+    p = parents[0].data
+    for tag in ("sweeps.sweep_id", "searcher", "scheduler", "metric", "mode", "git_commit", "git_dirty",
+                "python_version", "ray_version", "torch_version", "best_trial_id", "count.early_stopped"):
+        assert tag in p.tags, tag
+    assert p.tags["scheduler"] == "asha" and p.tags["count.total"] == "4"
+    assert {a.path for a in c.list_artifacts(rec["parent_run_id"])} >= {"config.yaml", "search_space.json"}
+    stopped = [r for r in children if r.data.tags["early_stopped"] == "true"]
+    assert stopped and len(stopped) < 4
+    for r in children:
+        assert {"lr", "hidden_size", "batch_size", "epochs"} <= set(r.data.params)
+        hist = c.get_metric_history(r.info.run_id, "val/acc")
+        assert [m.step for m in sorted(hist, key=lambda m: m.step)] == list(range(1, len(hist) + 1))
+        assert "checkpoint/model.pt" in {a.path for a in c.list_artifacts(r.info.run_id, "checkpoint")}
+        assert r.data.tags["sweeps.trial_id"] and r.data.tags["retries"] == "0"
+    best_child = [r for r in children if r.data.tags.get("sweeps.best") == "true"]
+    assert len(best_child) == 1 and best_child[0].data.tags["sweeps.trial_id"] == p.tags["best_trial_id"]
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
+def test_model_based_searchers_run(searcher: str, tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", f"+experiment=digits_{searcher}", "sweep.num_samples=3", "sweep.max_concurrent_trials=2",
+                "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
+                *FAST, check=True)
+        rec = _record(env)
+        trials = _trials(env, rec)
+        assert len(trials) == 3 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
+        assert len({t.params["lr"] for t in trials}) == 3, "the searcher suggested distinct points"
+        state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
+        assert state, f"{searcher} state is saved for resume/extend"
+    finally:
+        env.cleanup()
+
+
+def test_failed_and_nan_trials(tmp_path: Path) -> None:
+    """A raising trial is retried, then ERROR; the sweep goes on; NaN never becomes best; MLflow says so."""
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
+                "+search_space.fault={dist: grid, values: [none, raise, nan]}", "trainable.params.fault_epoch=2",
+                "search_space.lr={dist: choice, values: [0.03]}", "trainable.num_workers=1",
+                "trainable.params.epochs=3", "failure.max_failures=1", "sweep.max_concurrent_trials=2",
+                *FAST, check=True)
+        rec = _record(env)
+        trials = {t.params["fault"]: t for t in _trials(env, rec)}
+        assert trials["raise"].status == "ERROR" and trials["raise"].num_failures == 2
+        assert trials["none"].status == "TERMINATED" and trials["nan"].status == "TERMINATED"
+        assert rec["best"]["trial_id"] == trials["none"].trial_id
+        assert any(math.isnan(v) for v in trials["nan"].values("val/acc"))
+        c = mlflow_client(env.tracking_uri)
+        runs = {r.data.tags.get("sweeps.trial_id"): r for r in c.search_runs(
+            [rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")}
+        failed = runs[trials["raise"].trial_id]
+        assert failed.info.status == "FAILED"
+        assert "injected fault" in failed.data.tags["error"]
+        assert "error.txt" in {a.path for a in c.list_artifacts(failed.info.run_id)}
+        assert runs[trials["none"].trial_id].info.status == "FINISHED"
+        parent = c.get_run(rec["parent_run_id"])
+        assert parent.info.status == "FINISHED" and parent.data.tags["count.failed"] == "1"
+        report = (env.root / "reports" / "quickstart" / rec["sweep_id"] / "trials.csv").read_text()
+        assert "ERROR" in report and "NaN" not in report.splitlines()[0]
+    finally:
+        env.cleanup()
