@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--host", default="127.0.0.1")
             sp.add_argument("--port", type=int, default=5000)
             sp.add_argument("--tracking-uri", default=None)
+        elif name == "doctor":
+            sp.add_argument("--tracking-uri", default=None)
+            sp.add_argument("--storage", default=None)
         elif name == "schedule":
             from sweeps.schedule_cli import add_arguments
 

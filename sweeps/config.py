@@ -80,6 +80,7 @@ class ClusterCfg:
     health_check_interval_s: float
     worker_start_timeout_s: float
     log_to_driver: bool = False
+    driver_resources: dict[str, float] = field(default_factory=dict)  # e.g. {"driver_slot": 1}: pin drivers
 
 
 @dataclass(frozen=True)
@@ -384,6 +385,10 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     hc = r.get("cluster", "health_check_interval_s", "num", default=0.1)
     wst = r.get("cluster", "worker_start_timeout_s", "num", default=60)
     to_driver = r.get("cluster", "log_to_driver", "bool", default=False)
+    driver_res = r.get("cluster", "driver_resources", "map", default={}) or {}
+    for res, amount in dict(driver_res).items():
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
+            r.errors.append(f"cluster.driver_resources.{res}: must be a number >= 0, got {amount!r}")
     if isinstance(driver_cpus, int | float) and driver_cpus <= 0:
         r.errors.append(f"cluster.driver_cpus: must be > 0 (Tune rejects an empty driver), got {driver_cpus}")
     if num_cpus is not None and num_cpus <= 0:
@@ -429,7 +434,7 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
         tracking=TrackingCfg(uri, experiment, bool(r.get("tracking", "log_checkpoints", "bool", default=True)),
                              float(r.get("tracking", "flush_interval_s", "num", default=2.0))),
         cluster=ClusterCfg(cmode, address, num_cpus, num_gpus, float(driver_cpus), float(hc), float(wst),
-                           bool(to_driver)),
+                           bool(to_driver), {k: float(v) for k, v in dict(driver_res).items()}),
         storage_path=storage,
         checkpoint_num_to_keep=keep,
         failure=FailureCfg(max_failures, worker_failures),

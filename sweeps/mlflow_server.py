@@ -53,7 +53,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_free(host: str, port: int) -> bool:
-    """True when a server could bind ``host:port`` (SO_REUSEADDR, as uvicorn binds: TIME_WAIT is not 'used')."""
+    """True when a server could bind ``host:port`` (SO_REUSEADDR, as uvicorn binds: TIME_WAIT is free)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -131,7 +131,8 @@ class Server:
             try:
                 self.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("mlflow server (pid %d) ignored SIGTERM for %gs; killing it", self.proc.pid, timeout_s)
+                log.warning("mlflow server (pid %d) ignored SIGTERM for %gs; killing it", self.proc.pid,
+                            timeout_s)
         _signal_group(self.proc.pid, signal.SIGKILL)  # uvicorn may outlive the launcher
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
@@ -159,7 +160,7 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_healthy(server: Server, timeout_s: float = 90.0) -> None:
+def wait_healthy(server: Server, timeout_s: float = 120.0) -> None:
     """Block until the server answers ``/health``.
 
     Raises:
@@ -181,7 +182,7 @@ def wait_healthy(server: Server, timeout_s: float = 90.0) -> None:
 def start(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
           artifacts_destination: str | Path | None = None, default_artifact_root: str | None = None,
           log_path: Path | None = None, env: dict[str, str] | None = None,
-          timeout_s: float = 90.0) -> Server:
+          timeout_s: float = 120.0) -> Server:
     """Start ``mlflow server`` for ``backend_uri`` and return once it answers ``/health``.
 
     Args:

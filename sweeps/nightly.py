@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sweeps import schedule
+from sweeps import paths, schedule
 from sweeps.errors import BadInput, Locked, Regressed, SweepsError
 
 log = logging.getLogger(__name__)
@@ -182,9 +182,10 @@ def champion_params(spec: Any) -> dict[str, Any] | None:
     try:
         c = tracking.client(spec.tracking.uri)
         mv = c.get_model_version_by_alias(name, spec.promote.alias)
-        if not mv.run_id:
+        run_id = mv.run_id or (mv.tags or {}).get("run_id")  # sweeps.promote logs into the trial's run
+        if not run_id:
             return None
-        params = c.get_run(mv.run_id).data.params
+        params = c.get_run(run_id).data.params
     except MlflowException:
         return None
     out = {k: coerce(params[k], dom) for k, dom in spec.space.items() if k in params}
@@ -224,9 +225,19 @@ def optuna_overrides(name: str, spec: Any) -> list[str]:
     if not str(spec.searcher["_target_"]).endswith("OptunaSearch") or "storage" in spec.searcher:
         return []
     db = schedule.schedules_dir() / f"{name}.optuna.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
     return ["++searcher.storage._target_=optuna.storages.RDBStorage",
             f"++searcher.storage.url='sqlite:///{db}'",
             f"++searcher.study_name={name}-{spec.digest()}"]
+
+
+def night_seed(name: str, spec: Any) -> list[str]:
+    """``sweep.seed + n`` for the schedule's n-th run: a fixed seed would redraw last night's configurations
+    and spend tonight's budget on them again. The seed used is logged with the parent run."""
+    from sweeps import store
+
+    night = sum(1 for r in store.all_records() if r.schedule == name)
+    return [f"sweep.seed={spec.sweep.seed + night}"] if night else []
 
 
 # --- after the sweep ----------------------------------------------------------------------------------------
@@ -293,6 +304,7 @@ def run(name: str, fired_at: float | None = None) -> int:
     if fired_at is not None and entry.guarded and not schedule.is_due(entry.cron, entry.tz, fired_at):
         log.debug("schedule %s: not due at %s in %s", name, time.ctime(fired_at), entry.tz)
         return 0
+    os.environ["SWEEPS_HOME"] = str(paths.home())  # absolute: the chdir below must not move it
     if Path(entry.project).is_dir() and Path.cwd() != Path(entry.project):
         os.chdir(entry.project)  # reports/ and logs/ are relative to the project, as under cron
     with schedule_lock(name) as lock:
@@ -325,7 +337,7 @@ def _run_locked(entry: schedule.Entry) -> tuple[int, dict[str, Any]]:
     tolerance = check_tolerance(spec.schedule.regression_tolerance)
     prev = store.latest_for(spec.sweep.name, schedule=entry.name)
     points = warm_points(prev, spec)
-    extra = optuna_overrides(entry.name, spec)
+    extra = optuna_overrides(entry.name, spec) + night_seed(entry.name, spec)
     if extra:
         overrides += extra
         spec = runner.prepare(overrides)

@@ -67,6 +67,8 @@ def worker_bundle(spec: SweepSpec) -> dict[str, float]:
 def per_trial(spec: SweepSpec) -> dict[str, float]:
     need = {k: v * spec.trainable.num_workers for k, v in worker_bundle(spec).items()}
     need["CPU"] = need.get("CPU", 0.0) + spec.cluster.driver_cpus
+    for k, v in spec.cluster.driver_resources.items():
+        need[k] = need.get(k, 0.0) + v
     return need
 
 

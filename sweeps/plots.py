@@ -132,7 +132,10 @@ def _param_panel(
     if categorical:
         ax.set_xticks(range(len(cats)), cats, fontsize=8)
     elif _log_scale(name, rows, space) and all(x_of(r) > 0 for r in have):
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on narrow log ranges
     ax.set_xlabel(name)
     ax.set_ylabel(f"best {summ.metric}")
     ax.grid(alpha=0.3)
@@ -226,11 +229,15 @@ def plot_schedules(summ: Summary, path: Path) -> Path | None:
     if not summ.schedules:
         return None
     names = sorted({n for s in summ.schedules.values() for n in s})
+    iterations = {r.trial_id: r.iterations for r in summ.rows}
     fig = new_figure(6.5, 3.0 * len(names))
     axes = fig.subplots(len(names), 1, squeeze=False)
     for ax, name in zip((a[0] for a in axes), names, strict=True):
         for tid, sched in summ.schedules.items():
             points = [(x, v) for x, v in sched.get(name, ()) if _finite(v)]
+            last = iterations.get(tid, 0)
+            if points and last > points[-1][0]:  # hold the last value to the trial's end
+                points.append((last, points[-1][1]))
             if points:
                 ax.step(
                     [x for x, _ in points],
@@ -244,7 +251,8 @@ def plot_schedules(summ: Summary, path: Path) -> Path | None:
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        if name in ("lr", "weight_decay") or name.endswith("lr"):
+        values = [v for sched in summ.schedules.values() for _, v in sched.get(name, ()) if _finite(v)]
+        if values and min(values) > 0 and max(values) >= 10 * min(values):  # PBT perturbs multiplicatively
             ax.set_yscale("log")
     fig.suptitle("Hyperparameter schedules (values changed during the trial)")
     return save_png(fig, path)

@@ -121,15 +121,15 @@ def gate(champion: Champion | None, *, name: str, alias: str, metric: str, mode:
                 f"which cannot be compared with {metric} ({mode})")
         if force:
             return f"replaced {note} (forced)"
-        raise GateRefused(f"promote: {note}; nothing registered. Pass --force to promote anyway, or use another "
-                          f"--model-name/--alias")
+        raise GateRefused(f"promote: {note}; nothing registered. Pass --force to promote anyway, or use "
+                          f"another --model-name/--alias")
     summary = f"{where} has {metric} = {champion.value:.6g}"
     if is_better(value, champion.value, mode):
         return f"replaced {summary}"
     if force:
         return f"replaced {summary} (forced; candidate {value:.6g} is not better)"
-    raise GateRefused(f"promote: {summary} ({mode}), at least as good as the candidate's {value:.6g}; nothing "
-                      f"registered. Pass --force to promote anyway")
+    raise GateRefused(f"promote: {summary} ({mode}), at least as good as the candidate's {value:.6g}; "
+                      f"nothing registered. Pass --force to promote anyway")
 
 
 def score(outputs: Any, labels: Any) -> dict[str, float]:
@@ -162,7 +162,7 @@ def verify_checkpoint(path: str | None, trial_id: str) -> str:
 
 
 def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, trial_id: str | None) -> Any:
-    """The trial to promote: ``trial_id``, else the sweep's best. BadInput for unknown or unsuccessful ones."""
+    """The trial to promote: ``trial_id``, else the sweep's best. BadInput if unknown or unsuccessful."""
     from sweeps.summary import collect, rank, to_row
 
     if trial_id is not None:
@@ -176,8 +176,8 @@ def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, tr
         return found[0]
     best = collect(list(records), metric, mode).best
     if best is None:
-        raise BadInput(f"SWEEP_ID: sweep {sweep_id} has no successful trial (none reported a finite {metric}); "
-                       f"nothing to promote")
+        raise BadInput(f"SWEEP_ID: sweep {sweep_id} has no successful trial (none reported a finite "
+                       f"{metric}); nothing to promote")
     return next(r for r in records if r.trial_id == best.trial_id)
 
 
@@ -223,8 +223,8 @@ def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
         build = import_dotted(builder)
         validation_data = import_dotted(f"{module}.validation_data")
     except (ImportError, AttributeError) as exc:
-        raise BadInput(f"trainable.builder: cannot import {builder!r} and {module}.validation_data() ({exc}); "
-                       f"a trainable exposes both for promotion") from None
+        raise BadInput(f"trainable.builder: cannot import {builder!r} and {module}.validation_data() "
+                       f"({exc}); a trainable exposes both for promotion") from None
     model = build({**params, **trial.params})
     try:
         state, _, _ = load_checkpoint(checkpoint)
@@ -335,8 +335,9 @@ class Promotion:
 
     def __str__(self) -> str:
         evals = ", ".join(f"{k} {v:.4f}" for k, v in self.evaluation.items())
-        text = (f"registered {self.model_name} version {self.version} as @{self.alias}: trial {self.trial_id} of "
-                f"{self.sweep_id}, {self.metric} = {self.value:.4f} ({self.mode}); {evals} on the validation data")
+        text = (f"registered {self.model_name} version {self.version} as @{self.alias}: trial "
+                f"{self.trial_id} of {self.sweep_id}, {self.metric} = {self.value:.4f} ({self.mode}); "
+                f"{evals} on the validation data")
         if self.replaced:
             text += f"; {self.replaced}"
         return text + f". Load it with mlflow.pyfunc.load_model('models:/{self.model_name}@{self.alias}')"
@@ -394,8 +395,8 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
 
     c = tracking.client(rec.tracking_uri)
     run = find_trial_run(c, rec, trial.trial_id)
-    replaced = gate(current_champion(c, name, alias), name=name, alias=alias, metric=rec.metric, mode=rec.mode,
-                    value=cand.value, force=force)
+    replaced = gate(current_champion(c, name, alias), name=name, alias=alias, metric=rec.metric,
+                    mode=rec.mode, value=cand.value, force=force)
     git = c.get_run(rec.parent_run_id).data.tags.get("git_commit", "unknown")
     tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
             TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
@@ -457,7 +458,9 @@ def _registered(c: Any) -> list[Any]:
 def _row(mv: Any, aliases: Sequence[str]) -> dict[str, str]:
     tags = dict(mv.tags or {})
     value = _float(tags.get(TAG_VALUE))
-    metric = f"{tags.get(TAG_METRIC, '?')}={value:.4f} ({tags.get(TAG_MODE, '?')})" if value is not None else "-"
+    metric = "-"
+    if value is not None:
+        metric = f"{tags.get(TAG_METRIC, '?')}={value:.4f} ({tags.get(TAG_MODE, '?')})"
     evals = [f"{k}={float(tags[k]):.4f}" for k in EVAL_TAGS if _float(tags.get(k)) is not None]
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((mv.creation_timestamp or 0) / 1000))
     return {"name": mv.name, "version": str(mv.version), "aliases": ",".join(sorted(aliases)) or "-",

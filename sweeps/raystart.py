@@ -25,7 +25,7 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
     }
 
 
-def start(spec: SweepSpec, num_cpus: float | None) -> None:
+def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | None = None) -> None:
     """Start the embedded local Ray (127.0.0.1, token auth left on) or connect to the configured cluster."""
     import ray
 
@@ -41,6 +41,7 @@ def start(spec: SweepSpec, num_cpus: float | None) -> None:
         ray.init(
             num_cpus=num_cpus,
             num_gpus=spec.cluster.num_gpus,
+            resources=custom or None,
             runtime_env=runtime_env,
             logging_level=logging.WARNING,
             log_to_driver=spec.cluster.log_to_driver,

@@ -88,8 +88,14 @@ def date_text(ts: float) -> str:
 # ---------------------------------------------------------------------------------------------------- CSV
 
 
+def _csv_cell(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
 def trial_dict(summ: Summary, r: Row, params: Sequence[str], rank: int | None) -> dict[str, Any]:
-    """One trials.csv row. Metric cells keep NaN/inf as floats; missing optional cells are empty."""
+    """One trials.csv row. Metric cells write NaN/inf as ``NaN``/``inf``; missing optional cells are empty."""
     m = summ.metric
     out: dict[str, Any] = {
         "trial_id": r.trial_id,
@@ -99,8 +105,8 @@ def trial_dict(summ: Summary, r: Row, params: Sequence[str], rank: int | None) -
     out.update({f"param/{k}": r.params.get(k, "") for k in params})
     out.update(
         {
-            f"final/{m}": r.final,
-            f"best/{m}": r.best,
+            f"final/{m}": _csv_cell(r.final),
+            f"best/{m}": _csv_cell(r.best),
             "best_iteration": "" if r.best_step is None else r.best_step,
             "epochs": r.epochs,
             "epochs_run": r.epochs_run,
@@ -119,21 +125,37 @@ def trial_dict(summ: Summary, r: Row, params: Sequence[str], rank: int | None) -
     return out
 
 
-def trials_frame(summ: Summary) -> Any:
+def trial_dicts(summ: Summary) -> list[dict[str, Any]]:
     """Every trial, one row each (ranked trials first, best first; then the rest in sweep order)."""
-    import pandas as pd
-
     params = _params(summ)
     ranks = {tid: i for i, tid in enumerate(summ.ranked, 1)}
     order = sorted(range(len(summ.rows)), key=lambda i: (ranks.get(summ.rows[i].trial_id, math.inf), i))
-    rows = [trial_dict(summ, summ.rows[i], params, ranks.get(summ.rows[i].trial_id)) for i in order]
-    return pd.DataFrame(rows)
+    return [trial_dict(summ, summ.rows[i], params, ranks.get(summ.rows[i].trial_id)) for i in order]
+
+
+def trials_frame(summ: Summary) -> Any:
+    """The trial table as a pandas DataFrame (same rows and columns as trials.csv)."""
+    import pandas as pd
+
+    return pd.DataFrame(trial_dicts(summ))
 
 
 def csv_text(summ: Summary) -> str:
-    """trials.csv's content; NaN/inf metric values are written as ``NaN``/``inf``."""
-    text: str = trials_frame(summ).to_csv(index=False, na_rep="NaN")
-    return text
+    """trials.csv's content (the csv module: no pandas needed); NaN/inf are written as ``NaN``/``inf``."""
+    import csv
+    import io
+
+    rows = trial_dicts(summ)
+    buf = io.StringIO()
+    header = (
+        list(rows[0])
+        if rows
+        else ["trial_id", "rank", "status", f"final/{summ.metric}", f"best/{summ.metric}"]
+    )
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([row.get(k, "") for k in header] for row in rows)
+    return buf.getvalue()
 
 
 # ------------------------------------------------------------------------------------------------ outline
@@ -153,6 +175,11 @@ def _best_section(summ: Summary) -> Section:
         bullets.append(
             f"tied with {', '.join(summ.ties)} (same {summ.metric}); the tie goes to the trial that "
             f"reached it at the earlier iteration, then to the earlier trial"
+        )
+    if b.schedule:
+        bullets.append(
+            f"its hyperparameters changed during training (iteration→value): {fmt_schedule(b.schedule)}; "
+            f"the table shows the final values"
         )
     if b.nonfinite:
         bullets.append(
@@ -451,15 +478,14 @@ def html_page(
 
 
 def html(
-    rec: SweepRecord, summ: Summary, plots: Sequence[Path] = (), analysis: Analysis | None = None
+    rec: SweepRecord,
+    summ: Summary,
+    plots: Sequence[Path] = (),
+    analysis: Analysis | None = None,
+    files: Sequence[str] = ("trials.csv", "summary.md"),
 ) -> str:
-    """report.html: the same outline as summary.md, plus the plots."""
-    return html_page(
-        f"Sweep {rec.sweep_id}",
-        outline(rec, summ, analysis),
-        plots,
-        {"trials.csv (every trial)": "trials.csv", "summary.md": "summary.md"},
-    )
+    """report.html: the same outline as summary.md, plus the plots (embedded) and links to ``files``."""
+    return html_page(f"Sweep {rec.sweep_id}", outline(rec, summ, analysis), plots, {f: f for f in files})
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -521,7 +547,7 @@ def write(
         written.append(p)
     if "html" in formats:
         p = out_dir / "report.html"
-        p.write_text(html(rec, summ, plots, analysis))
+        p.write_text(html(rec, summ, plots, analysis, [w.name for w in written]))
         written += [p, *plots]
     return written
 

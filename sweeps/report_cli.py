@@ -37,23 +37,97 @@ def _objective(rec: SweepRecord) -> tuple[str, str]:
 
 
 def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
-    """A sweep's trial records and summary, from its Ray results folder(s).
+    """A sweep's trial records and summary: from its Ray results folder(s), else from its MLflow runs.
 
     Raises:
-        NoResults: when none of the sweep's results folders exists.
+        NoResults: when neither the Ray results nor the sweep's MLflow runs can be read.
     """
     from sweeps.results import load_records
 
     metric, mode = _objective(rec)
-    if not any(Path(d).is_dir() for d in rec.experiment_dirs):
-        raise NoResults(
-            f"sweep {rec.sweep_id}: its Ray results are gone ({', '.join(rec.experiment_dirs)}); "
-            f"the MLflow runs remain: browse them with `python -m sweeps ui`"
-        )
     settings = summary.settings_from_config(rec.config)
-    records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"])
+    if any(Path(d).is_dir() for d in rec.experiment_dirs):
+        records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"])
+    else:
+        log.warning(
+            "sweep %s: Ray results gone (%s); rebuilding from its MLflow runs",
+            rec.sweep_id,
+            ", ".join(rec.experiment_dirs),
+        )
+        records = records_from_mlflow(rec)
     summ = summary.collect(records, metric, mode, wall_s=rec.wall_s, slots=rec.slots, **settings)
     return records, summ
+
+
+def _param_value(text: str) -> Any:
+    """MLflow keeps params as strings: give numbers back their type."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _mlflow_history(c: Any, run: Any) -> list[dict[str, float]]:
+    """A child run's metric histories -> one row per step, like Tune's result.json rows.
+
+    The tracker's ``hp/<name>`` metrics (the hyperparameters in force at each step) become ``config/<name>``,
+    which :func:`sweeps.summary.collect` reads as the trial's hyperparameter schedule.
+    """
+    rows: dict[int, dict[str, float]] = {}
+    for key in run.data.metrics:
+        name = summary.CONFIG_PREFIX + key[3:] if key.startswith("hp/") else key
+        for m in c.get_metric_history(run.info.run_id, key):
+            rows.setdefault(int(m.step), {"training_iteration": float(m.step)})[name] = float(m.value)
+    return [rows[step] for step in sorted(rows)]
+
+
+def records_from_mlflow(rec: SweepRecord) -> list[Any]:
+    """The sweep's trials rebuilt from its nested MLflow runs (params, metric histories, status tags).
+
+    Raises:
+        NoResults: when the store is gone or holds no trial run of this sweep.
+    """
+    from sweeps import tracking
+    from sweeps.results import TrialRecord
+
+    uri = rec.tracking_uri
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise NoResults(
+            f"sweep {rec.sweep_id}: its Ray results ({', '.join(rec.experiment_dirs)}) and its "
+            f"MLflow store ({uri}) are both gone; nothing to report"
+        )
+    if not rec.parent_run_id or not rec.mlflow_experiment_id:
+        raise NoResults(f"sweep {rec.sweep_id}: its Ray results are gone and it has no MLflow parent run")
+    tracking.probe(uri)
+    c = tracking.client(uri)
+    runs = tracking.find_runs(
+        c, [rec.mlflow_experiment_id], f"tags.`{tracking.PARENT_TAG}` = '{rec.parent_run_id}'"
+    )
+    if not runs:
+        raise NoResults(
+            f"sweep {rec.sweep_id}: its Ray results are gone and MLflow ({uri}) has no trial runs "
+            f"under parent run {rec.parent_run_id}"
+        )
+    space = rec.config.get("search_space") or {}
+    status_of = {"FINISHED": "TERMINATED", "FAILED": "ERROR", "KILLED": "KILLED"}
+    records = []
+    for run in sorted(runs, key=lambda r: r.data.tags.get(tracking.TAG_TRIAL, "")):
+        tags, params = run.data.tags, run.data.params
+        names = [k for k in space if k in params] or list(params)  # the space's order, as Tune's
+        records.append(
+            TrialRecord(
+                trial_id=tags.get(tracking.TAG_TRIAL, run.info.run_id),
+                status=tags.get("status") or status_of.get(run.info.status, run.info.status),
+                params={k: _param_value(params[k]) for k in names},
+                history=_mlflow_history(c, run),
+                early_stopped=tags.get("early_stopped") == "true",
+                error=tags.get("error") or None,
+                best_checkpoint=tags.get("best_checkpoint") or None,
+            )
+        )
+    return records
 
 
 def default_report_dir(rec: SweepRecord) -> Path:
@@ -72,7 +146,7 @@ def cli_report(args: argparse.Namespace) -> int:
     if fmt_arg != "all" and fmt_arg not in report.FORMATS:
         raise BadInput(f"--format: {fmt_arg!r} is not a format; choose md, csv, html or all")
     formats = report.FORMATS if fmt_arg == "all" else (fmt_arg,)
-    out = Path(args.out) if getattr(args, "out", None) else default_report_dir(rec)
+    out = (Path(args.out) if getattr(args, "out", None) else default_report_dir(rec)).resolve()
     records, summ = load_sweep(rec)
     written = report.write(rec, records, summ, out, formats)
     print(f"report for {rec.sweep_id} ({len(records)} trial(s)) in {out}:")  # noqa: T201
@@ -297,6 +371,7 @@ def cli_compare(args: argparse.Namespace) -> int:
     else:
         base = (rec_a.config.get("report") or {}).get("dir") or "reports"
         out = Path(base) / "compare" / f"{rec_a.sweep_id}__vs__{rec_b.sweep_id}"
+    out = out.resolve()
     md = write_comparison(rec_a, rec_b, out)
     print(f"comparison of {rec_a.sweep_id} (A) and {rec_b.sweep_id} (B):")  # noqa: T201
     for p in sorted(out.iterdir()):

@@ -237,7 +237,9 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     check_storage(spec)
     c = tracking.client(spec.tracking.uri)
     tracking.close_stale_runs(c)
-    raystart.start(spec, pre.num_cpus_to_start if pre else None)
+    builtin = ("CPU", "GPU", "memory", "object_store_memory")
+    custom = {k: v for k, v in pre.resources.total.items() if k not in builtin} if pre else None
+    raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
     try:
         the_plan = pre or plan.make_plan(spec, plan.cluster_resources(), local=False)
         if not local:

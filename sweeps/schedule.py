@@ -13,8 +13,8 @@ once, at its first occurrence.
 Time zones and cron: Debian's cron (Vixie cron 3.0) ignores ``CRON_TZ``/``TZ`` and fires in the system zone.
 When ``--tz`` differs from the system zone the crontab line therefore fires every hour at the matching
 minute(s) and passes ``--fired-at $(date +%s)``; ``schedule run`` then starts the sweep only when that minute
-is a fire time in the requested zone (:func:`is_due`). Cheap (a 0.2 s check per hour), exact across DST changes
-of either zone, and portable to every cron.
+is a fire time in the requested zone (:func:`is_due`). Cheap (a 0.2 s check per hour), exact across DST
+changes of either zone, and portable to every cron.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "
 NEVER_YEARS = 5  # an expression with no fire time within this many years "never fires"
 FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
 DOW = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
-KINDS = ("cron", "systemd")
+KINDS = ("cron", "systemd", "external")
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Entry:
     overrides: list[str]
     cron: str
     tz: str | None
-    kind: str  # cron | systemd
+    kind: str  # cron | systemd | external (recorded only; e.g. a Kubernetes CronJob runs it)
     project: str  # the folder the run cds into (reports/, logs/, conf/)
     home: str  # $SWEEPS_HOME when it was added
     created: float = field(default_factory=time.time)
@@ -166,20 +166,32 @@ def next_fires(expr: str, tz: str | None, start: datetime, n: int = 3) -> list[d
     wall = start.astimezone(z).replace(tzinfo=None, second=0, microsecond=0) - timedelta(hours=3)
     limit = start + timedelta(days=366 * NEVER_YEARS)
     it = croniter(expr, wall, day_or=True)
+    every_hour = it.expanded[1] == ["*"]
     out: list[datetime] = []
     while len(out) < n:
         try:
             naive = it.get_next(datetime)
         except CroniterBadDateError:
             break
-        when = naive.replace(tzinfo=z, fold=0)  # PEP 495: skipped times shift forward, repeated ones: first
-        utc = when.astimezone(UTC)
-        if utc > limit:
-            break
-        if utc <= start or any(utc == o.astimezone(UTC) for o in out):
-            continue
-        out.append(utc.astimezone(z))
+        for utc in _instants(naive, z, every_hour):
+            if utc > limit:
+                return out
+            if utc > start and len(out) < n and all(utc != o.astimezone(UTC) for o in out):
+                out.append(utc.astimezone(z))
     return out
+
+
+def _instants(naive: datetime, z: ZoneInfo | timezone, every_hour: bool) -> list[datetime]:
+    """The UTC instants of one wall-clock fire time (PEP 495: a skipped time shifts forward by the gap).
+
+    A repeated (autumn) wall time fires once, at its first occurrence, except for jobs whose hour field is
+    ``*``, which fire at both (as Vixie cron does).
+    """
+    first = naive.replace(tzinfo=z, fold=0).astimezone(UTC)
+    second = naive.replace(tzinfo=z, fold=1).astimezone(UTC)
+    repeated = first != second and all(
+        t.astimezone(z).replace(tzinfo=None) == naive for t in (first, second))
+    return [first, second] if repeated and every_hour else [first]
 
 
 def is_due(expr: str, tz: str | None, fired_at: float) -> bool:

@@ -2,7 +2,8 @@
 
 ``add`` validates everything (name, ``--cron``, ``--tz``, the Hydra overrides) before it writes anything,
 then installs one tagged block in the user's crontab (``crontab -l`` / ``crontab -``; other lines stay
-untouched) or, with ``--systemd``, a user service + timer under ``~/.config/systemd/user``. ``run`` is what cron calls.
+untouched) or, with ``--systemd``, a user service + timer under ``~/.config/systemd/user``. ``run`` is what
+cron calls.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ CRON_LINE_MAX = 990  # Vixie cron truncates longer command lines (MAX_COMMAND 10
 
 def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.usage = ("python -m sweeps schedule add NAME +experiment=X [key=value ...] --cron EXPR [--tz ZONE] "
-                "[--replace] [--systemd]\n       python -m sweeps schedule list | remove NAME | run NAME")
+                "[--replace] [--systemd | --no-install]\n"
+                "       python -m sweeps schedule list | remove NAME | run NAME")
     sp.add_argument("action", choices=ACTIONS, help="add | list | remove | run")
     sp.add_argument("name", nargs="?", default=None, metavar="NAME",
                     help="schedule name (letters, digits, _ -)")
@@ -41,6 +43,9 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--replace", action="store_true", help="replace an existing schedule of the same name")
     sp.add_argument("--systemd", action="store_true",
                     help="install a systemd user timer instead of a crontab line")
+    sp.add_argument("--no-install", action="store_true",
+                    help="only record the schedule; an external scheduler (e.g. a Kubernetes CronJob) runs "
+                         "`python -m sweeps schedule run NAME`")
     # Set by guarded cron lines (a --tz other than the system's): the time cron fired, for the due check.
     sp.add_argument("--fired-at", type=float, default=None, help=argparse.SUPPRESS)
 
@@ -81,19 +86,25 @@ def cli_add(args: argparse.Namespace, overrides: list[str]) -> int:
     now = datetime.now(UTC)
     schedule.check_fires(expr, args.tz, now)
     if schedule.entry_path(name).is_file() and not args.replace:
-        raise BadInput(f"NAME: schedule {name!r} already exists ({schedule.entry_path(name)}); pass --replace "
-                       f"to overwrite it or remove it with `python -m sweeps schedule remove {name}`")
+        raise BadInput(f"NAME: schedule {name!r} already exists ({schedule.entry_path(name)}); pass "
+                       f"--replace to overwrite it, or remove it first (`python -m sweeps schedule remove "
+                       f"{name}`)")
     from sweeps import runner
 
     spec = runner.prepare([*overrides, f"++schedule.name={name}"])  # bad overrides die here, nothing written
-    fields, guarded = schedule.cron_fields(expr, args.tz, now) if not args.systemd else (expr, False)
+    if args.systemd and args.no_install:
+        raise BadInput("schedule add: --systemd and --no-install exclude each other")
+    kind = "systemd" if args.systemd else "external" if args.no_install else "cron"
+    fields, guarded = schedule.cron_fields(expr, args.tz, now) if kind == "cron" else (expr, False)
     entry = schedule.Entry(name=name, overrides=list(overrides), cron=expr, tz=args.tz,
-                           kind="systemd" if args.systemd else "cron", project=str(Path.cwd()),
+                           kind=kind, project=str(Path.cwd()),
                            home=str(paths.home()), env=schedule.carried_env(), guarded=guarded)
     if schedule.entry_path(name).is_file():
         _uninstall(schedule.load_entry(name))
     entry.log_path.parent.mkdir(parents=True, exist_ok=True)
-    where = install_systemd(entry) if args.systemd else install_cron(entry, fields)
+    where = {"systemd": install_systemd, "cron": lambda e: install_cron(e, fields),
+             "external": lambda e: "no scheduler (--no-install): run `python -m sweeps schedule run NAME`"
+             }[kind](entry)
     schedule.save_entry(entry)
     fires = schedule.next_fires(expr, args.tz, now, 3)
     _out(f"schedule {name}: {spec.sweep.name} sweep at cron '{expr}'" + (f" ({args.tz})" if args.tz else "")
@@ -221,6 +232,8 @@ def remove_systemd(entry: schedule.Entry) -> int:
 
 
 def _uninstall(entry: schedule.Entry) -> int:
+    if entry.kind == "external":
+        return 0
     return remove_systemd(entry) if entry.kind == "systemd" else remove_cron(entry)
 
 
@@ -233,6 +246,8 @@ def cli_remove(args: argparse.Namespace) -> int:
     schedule.delete_entry(entry.name)
     if entry.kind == "systemd":
         where = f"its systemd timer and service ({removed} file(s)) removed"
+    elif entry.kind == "external":
+        where = "nothing was installed (--no-install)"
     else:
         where = "its crontab lines removed" if removed else "it was no longer in the crontab"
     _out(f"schedule {entry.name}: removed; {where}; its log {entry.log_path} is kept")
@@ -240,6 +255,8 @@ def cli_remove(args: argparse.Namespace) -> int:
 
 
 def _installed(entry: schedule.Entry, crontab: str | None) -> str:
+    if entry.kind == "external":
+        return "not installed here (an external scheduler runs it)"
     if entry.kind == "systemd":
         ok = (schedule.systemd_dir() / f"{schedule.unit_name(entry.name)}.timer").is_file()
         return "systemd user timer" if ok else "MISSING: the systemd timer file is gone"

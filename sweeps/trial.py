@@ -98,6 +98,7 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         "cpus_per_worker": setup.resources_per_worker.get("CPU", 1),
         "checkpoint_every": setup.checkpoint_every,
         RESUME_KEY: start.path if start is not None else None,
+        "_trial_id": trial_id,
     }
     # Ray Data: datasets are built here, in the trial's driver; Train shards them across the workers
     # (each worker reads its shard with ray.train.get_dataset_shard(name)).

@@ -106,7 +106,9 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     from ray import tune
 
     fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
-    return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus})
+    # Only the driver's own resources: the Train controller reserves the workers' bundles itself
+    # (RAY_NOTES §2). Extra driver resources can pin drivers to nodes that won't be lost.
+    return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources})
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],

@@ -52,7 +52,10 @@ def serve(uri: str, host: str, port: int, log_path: Path) -> Server:
     """Start the server for ``uri`` (a SQLite folder is created if missing)."""
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return start(uri, host=host, port=port, log_path=log_path, **artifact_options(uri))
+    opts = artifact_options(uri)
+    return start(uri, host=host, port=port, log_path=log_path,
+                 artifacts_destination=opts["artifacts_destination"],
+                 default_artifact_root=opts.get("default_artifact_root"))
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -73,24 +76,24 @@ def cli_ui(args: argparse.Namespace) -> int:
     """Start the MLflow UI, print its URL, block until Ctrl-C."""
     uri = store_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
-        print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")
+        print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")  # noqa: T201
         return 0
     check_port(args.host, args.port)
     if not is_loopback(args.host):
-        print(f"warning: --host {args.host} exposes the MLflow UI (and its write API, without authentication) "
-              f"to the network; use --host 127.0.0.1 unless you mean it")
+        print(f"warning: --host {args.host} exposes the MLflow UI (and its write API, with no "  # noqa: T201
+              f"authentication) to the network; use --host 127.0.0.1 unless you mean it")
     log_path = paths.home() / "mlflow-ui.log"
-    print(f"starting the MLflow UI for {uri} ...", flush=True)
+    print(f"starting the MLflow UI for {uri} ...", flush=True)  # noqa: T201
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` must not orphan the server either
     try:
         server = serve(uri, args.host, args.port, log_path)
         try:
-            print(f"MLflow UI: {server.experiments_url()}", flush=True)
-            print(f"(server log: {log_path}; Ctrl-C to stop)", flush=True)
+            print(f"MLflow UI: {server.experiments_url()}", flush=True)  # noqa: T201
+            print(f"(server log: {log_path}; Ctrl-C to stop)", flush=True)  # noqa: T201
             code = wait_until_interrupted(server)
         finally:
             server.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print("MLflow UI stopped")
+    print("MLflow UI stopped")  # noqa: T201
     return code

@@ -64,7 +64,12 @@ class SweepsEnv:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
 
+    def kill_ray(self) -> None:
+        """SIGKILL every process of this test's Ray instance (their command lines name its temp dir)."""
+        subprocess.run(["pkill", "-9", "-f", str(self.ray_tmp)], check=False)
+
     def cleanup(self) -> None:
+        self.kill_ray()
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
 
@@ -76,6 +81,19 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     monkeypatch.chdir(tmp_path)
     yield env
     env.cleanup()
+
+
+def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "condition"):  # noqa: ANN001, ANN201
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def mlflow_client(uri: str):  # noqa: ANN201 - test helper

@@ -101,16 +101,36 @@ def test_model_based_searchers_run(searcher: str, tmp_path: Path) -> None:
         env.cleanup()
 
 
+SECRET = "s3cr3t-Value-9731"
+
+
+def _files_containing(root: Path, needle: bytes) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
 def test_failed_and_nan_trials(tmp_path: Path) -> None:
-    """A raising trial is retried, then ERROR; the sweep goes on; NaN never becomes best; MLflow says so."""
+    """A raising trial is retried, then ERROR; the sweep goes on; NaN never becomes best; MLflow says so.
+
+    The same sweep carries secrets from the environment: they never reach MLflow, the index or reports.
+    """
     env = SweepsEnv(tmp_path)
     try:
         env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
-                "+search_space.fault={dist: grid, values: [none, raise, nan]}", "trainable.params.fault_epoch=2",
+                "+trainable.params.api_key=${oc.env:SWEEPS_TEST_SECRET}",
+                "+tracking.password=${oc.env:SWEEPS_TEST_SECRET}",
+                "+search_space.fault={dist: grid, values: [none, raise, nan]}", "+trainable.params.fault_epoch=2",
                 "search_space.lr={dist: choice, values: [0.03]}", "trainable.num_workers=1",
                 "trainable.params.epochs=3", "failure.max_failures=1", "sweep.max_concurrent_trials=2",
-                *FAST, check=True)
+                *FAST, check=True, extra_env={"SWEEPS_TEST_SECRET": SECRET})
         rec = _record(env)
+        leaks: list[str] = []
+        for root in (env.home / "mlartifacts", env.home / "sweeps", env.root / "reports"):
+            leaks += _files_containing(root, SECRET.encode())
+        leaks += [str(env.home / "mlflow.db")] if SECRET.encode() in (env.home / "mlflow.db").read_bytes() else []
+        assert not leaks, f"secret leaked into {leaks}"
+        c0 = mlflow_client(env.tracking_uri)
+        some_child = c0.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")[0]
+        assert some_child.data.params["api_key"] == "***REDACTED***", "the secret-bearing param was logged"
         trials = {t.params["fault"]: t for t in _trials(env, rec)}
         assert trials["raise"].status == "ERROR" and trials["raise"].num_failures == 2
         assert trials["none"].status == "TERMINATED" and trials["nan"].status == "TERMINATED"

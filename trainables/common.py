@@ -22,6 +22,8 @@ CHECKPOINT_FILES = (MODEL_FILE, OPTIM_FILE, META_FILE)
 
 # Key under which the orchestrator hands a Tune checkpoint (PBT donor, retry, resume) to the workers.
 RESUME_KEY = "_resume_from"
+# Key under which the orchestrator tells the workers which trial they train (recorded in checkpoints).
+TRIAL_ID_KEY = "_trial_id"
 
 
 def resume_checkpoint(config: dict[str, Any]) -> Any | None:

@@ -80,6 +80,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     loss_fn = task.loss_fn()
 
     start_epoch = 1
+    restored: dict[str, Any] = {}
     ckpt = common.resume_checkpoint(config)
     if ckpt is not None:
         with ckpt.as_directory() as d:
@@ -88,6 +89,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
         raw.load_state_dict(model_state)
         optimizer.load_state_dict(optim_state)
         start_epoch = int(meta["epoch"]) + 1
+        # Reported once, with the first epoch after a restore: who wrote the checkpoint (PBT donor?) and when.
+        restored = {"restored_from": str(meta.get("trial_id", "")), "restored_epoch": int(meta["epoch"])}
     # After a restore the optimizer holds the donor's lr: the trial's own (possibly mutated) values win.
     common.apply_hparams(optimizer, lr, weight_decay)
 
@@ -145,10 +148,13 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             "epoch": epoch,
             "opt/lr": optimizer.param_groups[0]["lr"],
             **watch.metrics(),
+            **restored,
         }
+        restored = {}
         with common.checkpoint_dir(rank, epoch, every) as d:
             checkpoint = None
             if d is not None:
-                common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, task.name: score})
+                common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, task.name: score,
+                                                           "trial_id": config.get(common.TRIAL_ID_KEY)})
                 checkpoint = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=checkpoint)

@@ -1,0 +1,454 @@
+"""Promotion to the MLflow Model Registry (issue 6).
+
+Fast tier: the gate rule, name/alias validation, checkpoint verification, trial choice, scoring, the table.
+Slow tier: two tiny real sweeps in one SQLite-backed SWEEPS_HOME (a good one, then one with a tiny lr), and
+``python -m sweeps promote/models`` as real subprocesses against them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SweepsEnv
+
+from sweeps import promote
+from sweeps.errors import BadInput, GateRefused
+from sweeps.results import TrialRecord
+
+# --------------------------------------------------------------------------------------------------------
+# fast tier
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "   ", "a/b", "..", "../x", ".hidden", "a\\b", "has space", "x" * 101])
+def test_bad_model_names_are_refused(name: str) -> None:
+    with pytest.raises(BadInput, match="--model-name"):
+        promote.check_model_name(name)
+
+
+@pytest.mark.parametrize("name", ["digits-mlp", "quickstart", "m_1.v2"])
+def test_plain_model_names_pass(name: str) -> None:
+    assert promote.check_model_name(name) == name
+
+
+@pytest.mark.parametrize("alias", ["", "a b", "x/y", "latest", "v3", "V12"])
+def test_bad_aliases_are_refused(alias: str) -> None:
+    with pytest.raises(BadInput, match="--alias"):
+        promote.check_alias(alias)
+
+
+def test_plain_alias_passes() -> None:
+    assert promote.check_alias("champion") == "champion"
+    assert promote.check_alias("v2-candidate") == "v2-candidate"
+
+
+@pytest.mark.parametrize(("new", "old", "mode", "better"), [
+    (0.9, 0.8, "max", True),
+    (0.8, 0.9, "max", False),
+    (0.9, 0.9, "max", False),
+    (0.1, 0.2, "min", True),
+    (0.2, 0.1, "min", False),
+    (0.2, 0.2, "min", False),
+    (math.nan, 0.5, "max", False),
+    (math.nan, 0.5, "min", False),
+    (0.5, math.nan, "max", True),
+])
+def test_is_better_is_strict_and_never_prefers_nan(new: float, old: float, mode: str, better: bool) -> None:
+    assert promote.is_better(new, old, mode) is better
+
+
+def _gate(champion: promote.Champion | None, value: float, mode: str = "max",
+          force: bool = False) -> str | None:
+    return promote.gate(champion, name="m", alias="champion", metric="val/acc", mode=mode, value=value,
+                        force=force)
+
+
+def test_gate_lets_a_free_alias_through() -> None:
+    assert _gate(None, 0.1) is None
+
+
+def test_gate_lets_a_better_candidate_replace_the_champion() -> None:
+    note = _gate(promote.Champion("3", "val/acc", "max", 0.8), 0.9)
+    assert note is not None and "version 3" in note and "forced" not in note
+
+
+@pytest.mark.parametrize("value", [0.9, 0.7])
+def test_gate_refuses_an_equal_or_worse_candidate(value: float) -> None:
+    with pytest.raises(GateRefused, match=r"m@champion \(version 3\).*at least as good.*--force") as exc:
+        _gate(promote.Champion("3", "val/acc", "max", 0.9), value)
+    assert exc.value.exit_code == 3
+
+
+def test_gate_uses_the_mode() -> None:
+    champ = promote.Champion("1", "val/acc", "min", 0.3)
+    assert _gate(champ, 0.2, mode="min") is not None
+    with pytest.raises(GateRefused):
+        _gate(champ, 0.4, mode="min")
+
+
+def test_force_overrides_a_refusal_and_says_so() -> None:
+    note = _gate(promote.Champion("3", "val/acc", "max", 0.9), 0.5, force=True)
+    assert note is not None and "forced" in note
+
+
+@pytest.mark.parametrize("champ", [
+    promote.Champion("2", "val/loss", "max", 0.1),  # another metric
+    promote.Champion("2", "val/acc", "min", 0.1),  # another mode
+    promote.Champion("2", None, None, None),  # a version registered by hand, without lineage
+])
+def test_gate_refuses_a_champion_it_cannot_compare(champ: promote.Champion) -> None:
+    with pytest.raises(GateRefused, match="cannot be compared"):
+        _gate(champ, 0.99)
+    assert "forced" in (_gate(champ, 0.99, force=True) or "")
+
+
+def test_champion_reads_its_tags() -> None:
+    champ = promote.Champion.from_tags("4", {"metric": "val/acc", "mode": "max", "metric_value": "0.93"})
+    assert champ == promote.Champion("4", "val/acc", "max", 0.93)
+    assert promote.Champion.from_tags("4", {"metric_value": "n/a"}).value is None
+
+
+def test_score_gives_accuracy_for_logits_and_rmse_for_regression() -> None:
+    import numpy as np
+
+    logits = np.array([[2.0, 0.1, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 1.0], [5.0, 0.0, 0.0]])
+    assert promote.score(logits, np.array([0, 1, 2, 2])) == {"accuracy": 0.75}
+    rmse = promote.score(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 5.0], dtype=np.float32))["rmse"]
+    assert rmse == pytest.approx(math.sqrt(4 / 3))
+
+
+def _checkpoint(folder: Path, skip: str | None = None, empty: str | None = None) -> Path:
+    from trainables.common import CHECKPOINT_FILES
+
+    folder.mkdir(parents=True)
+    for f in CHECKPOINT_FILES:
+        if f != skip:
+            (folder / f).write_bytes(b"" if f == empty else b"x")
+    return folder
+
+
+def test_verify_checkpoint_accepts_a_complete_folder(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path / "ck")
+    assert promote.verify_checkpoint(str(folder), "t1") == str(folder)
+
+
+def test_verify_checkpoint_refuses_missing_incomplete_and_empty(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="no checkpoint left"):
+        promote.verify_checkpoint(None, "t1")
+    with pytest.raises(BadInput, match="is missing"):
+        promote.verify_checkpoint(str(tmp_path / "gone"), "t1")
+    with pytest.raises(BadInput, match="incomplete.*model.pt"):
+        promote.verify_checkpoint(str(_checkpoint(tmp_path / "a", skip="model.pt")), "t1")
+    with pytest.raises(BadInput, match="incomplete.*meta.json"):
+        promote.verify_checkpoint(str(_checkpoint(tmp_path / "b", empty="meta.json")), "t1")
+
+
+def _trial(tid: str, accs: list[float], status: str = "TERMINATED") -> TrialRecord:
+    return TrialRecord(trial_id=tid, status=status, params={},
+                       history=[{"val/acc": a, "training_iteration": i + 1} for i, a in enumerate(accs)],
+                       best_checkpoint=f"/ck/{tid}")
+
+
+def test_pick_trial_takes_the_best_or_the_named_one() -> None:
+    trials = [_trial("a", [0.5, 0.7]), _trial("b", [0.9, 0.8]), _trial("c", [0.95], status="ERROR")]
+    assert promote.pick_trial(trials, "val/acc", "max", "s", None).trial_id == "b"
+    assert promote.pick_trial(trials, "val/acc", "max", "s", "a").trial_id == "a"
+
+
+def test_pick_trial_refuses_unknown_failed_and_empty() -> None:
+    trials = [_trial("a", [0.5]), _trial("c", [0.95], status="ERROR"), _trial("n", [math.nan])]
+    with pytest.raises(BadInput, match="--trial: no trial 'zz'.*a, c, n"):
+        promote.pick_trial(trials, "val/acc", "max", "s", "zz")
+    with pytest.raises(BadInput, match="trial c did not succeed"):
+        promote.pick_trial(trials, "val/acc", "max", "s", "c")
+    with pytest.raises(BadInput, match="trial n did not succeed"):
+        promote.pick_trial(trials, "val/acc", "max", "s", "n")
+    with pytest.raises(BadInput, match="no successful trial"):
+        promote.pick_trial(trials[1:], "val/acc", "max", "s", None)
+
+
+def test_format_table_aligns_columns() -> None:
+    text = promote.format_table([{"name": "m", "version": "1", "aliases": "champion"},
+                                 {"name": "model-b", "version": "12", "aliases": "-"}])
+    lines = text.splitlines()
+    assert lines[0].split() == ["name", "version", "aliases"]
+    assert lines[1].split() == ["m", "1", "champion"]
+    assert len({line.index(line.split()[1]) for line in lines}) == 1  # second column starts at one offset
+    assert promote.format_table([]) == ""
+
+
+# --------------------------------------------------------------------------------------------------------
+# slow tier: real sweeps, real MLflow registry (SQLite), the CLI as subprocesses
+# --------------------------------------------------------------------------------------------------------
+
+TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
+        "scheduler.grace_period=1", "report.enabled=false", "cluster.health_check_interval_s=0.1",
+        "cluster.worker_start_timeout_s=60"]
+GOOD = [*TINY, "search_space.lr.low=0.01", "search_space.lr.high=0.05"]
+# the worse sweep also asks for auto-promotion at its end: the same gate refuses it
+WORSE = [*TINY, "search_space.lr.low=1e-6", "search_space.lr.high=2e-6", "promote.enabled=true"]
+NAME = "quickstart"  # the default model name: the experiment's
+
+
+def _record(env: SweepsEnv, sweep_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((env.home / "sweeps" / f"{sweep_id}.json").read_text())
+    return data
+
+
+def _run_sweep(env: SweepsEnv, overrides: list[str]) -> dict[str, Any]:
+    folder = env.home / "sweeps"
+    before = set(folder.glob("*.json")) if folder.is_dir() else set()
+    proc = env.run("run", *overrides, timeout=900, check=True)
+    (new,) = set(folder.glob("*.json")) - before
+    rec = _record(env, new.stem)
+    assert rec["status"] == "finished" and rec["best"], rec
+    return {**rec, "_stdout": proc.stdout}
+
+
+def _client(env: SweepsEnv) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=env.tracking_uri, registry_uri=env.tracking_uri)
+
+
+def _versions(env: SweepsEnv, name: str = NAME) -> dict[str, Any]:
+    return {str(mv.version): mv for mv in _client(env).search_model_versions(f"name = '{name}'")}
+
+
+def _champion(env: SweepsEnv, name: str = NAME) -> Any:
+    return _client(env).get_model_version_by_alias(name, "champion")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweepsEnv]:
+    e = SweepsEnv(tmp_path_factory.mktemp("promote"))
+    yield e
+    e.cleanup()
+
+
+@pytest.fixture(scope="module")
+def good(env: SweepsEnv) -> dict[str, Any]:
+    return _run_sweep(env, GOOD)
+
+
+@pytest.fixture(scope="module")
+def promoted(env: SweepsEnv, good: dict[str, Any]) -> Any:
+    """`promote latest` on the good sweep (the only one yet): the first champion."""
+    return env.run("promote", "latest", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def worse(env: SweepsEnv, promoted: Any) -> dict[str, Any]:
+    return _run_sweep(env, WORSE)
+
+
+@pytest.fixture(scope="module")
+def refused(env: SweepsEnv, worse: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(the gate's refusal of the worse sweep, the registry's versions before, after)."""
+    before = _versions(env)
+    proc = env.run("promote", worse["sweep_id"], timeout=300)
+    return proc, before, _versions(env)
+
+
+@pytest.fixture(scope="module")
+def forced(env: SweepsEnv, refused: Any, worse: dict[str, Any]) -> Any:
+    return env.run("promote", worse["sweep_id"], "--force", timeout=300)
+
+
+@pytest.mark.slow
+def test_promote_latest_registers_the_best_trial_with_lineage(env: SweepsEnv, good: dict[str, Any],
+                                                              promoted: Any) -> None:
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    assert "registered quickstart version 1 as @champion" in promoted.stdout
+    mv = _champion(env)
+    tags = mv.tags
+    assert str(mv.version) == "1"
+    assert tags["sweep_id"] == good["sweep_id"]
+    assert tags["trial_id"] == good["best"]["trial_id"]
+    assert (tags["metric"], tags["mode"]) == ("val/acc", "max")
+    assert float(tags["metric_value"]) == pytest.approx(good["best"]["value"])
+    assert tags["config_digest"] == good["digest"] and len(good["digest"]) == 16
+    c = _client(env)
+    assert tags["git_commit"] == c.get_run(good["parent_run_id"]).data.tags["git_commit"]
+    assert 0.0 < float(tags["accuracy"]) <= 1.0
+    # logged in the trial's own run, which stays FINISHED (not reopened)
+    run = c.get_run(tags["run_id"])
+    assert run.data.tags["sweeps.trial_id"] == tags["trial_id"]
+    assert run.data.tags["mlflow.parentRunId"] == good["parent_run_id"]
+    assert run.info.status == "FINISHED"
+    assert mv.source.startswith("models:/")
+    assert mv.source.removeprefix("models:/") in {o.model_id for o in run.outputs.model_outputs}
+
+
+@pytest.mark.slow
+def test_champion_loads_back_and_predicts_with_the_recorded_accuracy(env: SweepsEnv, promoted: Any) -> None:
+    import mlflow
+    import numpy as np
+
+    from trainables.digits import validation_data
+
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    tags = _champion(env).tags
+    before = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+    mlflow.set_tracking_uri(env.tracking_uri)
+    mlflow.set_registry_uri(env.tracking_uri)
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    finally:
+        mlflow.set_tracking_uri(before[0])
+        mlflow.set_registry_uri(before[1])
+    assert model.metadata.signature is not None
+    assert model.metadata.signature.inputs.inputs[0].shape == (-1, 64)
+    x, y = validation_data()
+    pred = np.asarray(model.predict(x.numpy()))
+    assert pred.shape == (len(y), 10)
+    accuracy = float((pred.argmax(axis=1) == y.numpy()).mean())
+    assert accuracy == pytest.approx(float(tags["accuracy"]), abs=1e-12)
+    # the promoted checkpoint is the one the sweep measured (rank-averaged val/acc: within a couple of rows)
+    assert accuracy == pytest.approx(float(tags["metric_value"]), abs=0.02)
+    assert accuracy > 0.5
+
+
+@pytest.mark.slow
+def test_promoting_an_equal_candidate_is_refused(env: SweepsEnv, good: dict[str, Any], promoted: Any) -> None:
+    name = "quickstart-eq"  # its own model, so the champion of NAME is not disturbed
+    first = env.run("promote", good["sweep_id"], "--model-name", name, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = env.run("promote", good["sweep_id"], "--model-name", name, timeout=300)
+    assert again.returncode == 3, again.stderr[-3000:]
+    assert "at least as good" in again.stderr and "--force" in again.stderr
+    assert list(_versions(env, name)) == ["1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model-name", ""], "--model-name: the model name is empty"),
+    (["--model-name", "../models/x"], "looks like a path"),
+    (["--alias", "latest"], "--alias: 'latest' is reserved"),
+    (["--trial", "nosuchtrial"], "--trial: no trial 'nosuchtrial'"),
+])
+def test_bad_input_is_rejected_before_anything_is_written(env: SweepsEnv, good: dict[str, Any], promoted: Any,
+                                                          args: list[str], message: str) -> None:
+    before = _versions(env)
+    proc = env.run("promote", good["sweep_id"], *args, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in proc.stderr
+    assert _versions(env).keys() == before.keys()
+
+
+@pytest.mark.slow
+def test_unknown_sweep_id_is_rejected(env: SweepsEnv, good: dict[str, Any]) -> None:
+    proc = env.run("promote", "quickstart-19990101-000000-dead", timeout=300)
+    assert proc.returncode == 2
+    assert "SWEEP_ID: no sweep 'quickstart-19990101-000000-dead'" in proc.stderr
+    assert good["sweep_id"] in proc.stderr  # lists the known ones
+
+
+def _clone(env: SweepsEnv, rec: dict[str, Any], tag: str) -> tuple[str, Path]:
+    """A copy of a sweep's Ray folder and index record under a new id, to break without harm."""
+    src = Path(rec["experiment_dirs"][0])
+    dst = env.root / "clones" / tag / src.name  # same folder name: Ray relocates the experiment
+    shutil.copytree(src, dst)
+    new_id = f"{rec['sweep_id']}-{tag}"
+    clone = {**rec, "sweep_id": new_id, "experiment_dirs": [str(dst)], "created": rec["created"] - 1}
+    (env.home / "sweeps" / f"{new_id}.json").write_text(json.dumps(clone))
+    return new_id, dst
+
+
+def _trial_dir(exp_dir: Path, trial_id: str) -> Path:
+    (d,) = [p for p in exp_dir.iterdir() if p.is_dir() and trial_id in p.name]
+    return d
+
+
+@pytest.mark.slow
+def test_deleted_checkpoint_folder_is_refused(env: SweepsEnv, good: dict[str, Any], promoted: Any) -> None:
+    sweep_id, exp_dir = _clone(env, good, "deleted")
+    trial_id = good["best"]["trial_id"]
+    folders = list(_trial_dir(exp_dir, trial_id).glob("checkpoint_*"))
+    assert folders
+    for d in folders:
+        shutil.rmtree(d)
+    before = _versions(env)
+    proc = env.run("promote", sweep_id, "--force", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"trial {trial_id} has no checkpoint left on disk" in proc.stderr
+    assert _versions(env).keys() == before.keys()
+
+
+@pytest.mark.slow
+def test_incomplete_checkpoint_is_refused(env: SweepsEnv, good: dict[str, Any], promoted: Any) -> None:
+    sweep_id, exp_dir = _clone(env, good, "incomplete")
+    trial_dir = _trial_dir(exp_dir, good["best"]["trial_id"])
+    for d in trial_dir.glob("checkpoint_*"):
+        (d / "model.pt").unlink()
+    proc = env.run("promote", sweep_id, "--force", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "is incomplete" in proc.stderr and "model.pt" in proc.stderr and str(trial_dir) in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_without_a_successful_trial_is_refused(env: SweepsEnv, good: dict[str, Any],
+                                                     promoted: Any) -> None:
+    sweep_id, exp_dir = _clone(env, good, "noresults")
+    for result in exp_dir.glob("*/result.json"):
+        result.write_text("")  # no trial ever reported a metric
+    proc = env.run("promote", sweep_id, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"sweep {sweep_id} has no successful trial" in proc.stderr
+
+
+@pytest.mark.slow
+def test_worse_sweep_is_refused_by_the_gate(good: dict[str, Any], worse: dict[str, Any],
+                                            refused: Any) -> None:
+    proc, before, after = refused
+    assert worse["best"]["value"] < good["best"]["value"]
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "quickstart@champion (version 1)" in proc.stderr and "at least as good" in proc.stderr
+    assert "--force" in proc.stderr
+    assert after.keys() == before.keys()  # nothing registered
+
+
+@pytest.mark.slow
+def test_auto_promotion_at_the_end_of_a_sweep_uses_the_same_gate(worse: dict[str, Any]) -> None:
+    assert "promotion: not promoted: promote: quickstart@champion (version 1)" in worse["_stdout"]
+    assert "at least as good" in worse["_stdout"]
+
+
+@pytest.mark.slow
+def test_force_overrides_the_gate(env: SweepsEnv, worse: dict[str, Any], forced: Any) -> None:
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert "forced" in forced.stdout
+    mv = _champion(env)
+    assert str(mv.version) == "2"
+    assert mv.tags["sweep_id"] == worse["sweep_id"] and mv.tags["forced"] == "true"
+    assert float(mv.tags["metric_value"]) == pytest.approx(worse["best"]["value"])
+
+
+@pytest.mark.slow
+def test_models_lists_versions_with_alias_metric_and_lineage(env: SweepsEnv, good: dict[str, Any],
+                                                             worse: dict[str, Any], forced: Any) -> None:
+    proc = env.run("models", NAME, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].split()[:4] == ["name", "version", "aliases", "metric"]
+    rows = {line.split()[1]: line.split() for line in lines[1:]}
+    assert set(rows) == {"1", "2"}  # quickstart-eq is another model: not listed under NAME
+    assert rows["2"][2] == "champion" and rows["1"][2] == "-"
+    assert good["sweep_id"] in rows["1"] and good["best"]["trial_id"] in rows["1"]
+    assert worse["sweep_id"] in rows["2"]
+    assert rows["1"][3].startswith("val/acc=")
+    everything = env.run("models", timeout=120)
+    assert everything.returncode == 0 and "quickstart-eq" in everything.stdout
+
+
+@pytest.mark.slow
+def test_models_with_an_unknown_name_lists_the_registered_ones(env: SweepsEnv, promoted: Any) -> None:
+    proc = env.run("models", "nosuchmodel", timeout=120)
+    assert proc.returncode == 2
+    assert "no registered model 'nosuchmodel'" in proc.stderr and NAME in proc.stderr

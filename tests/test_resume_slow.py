@@ -1,0 +1,160 @@
+"""Real processes, real kills: Ctrl-C and SIGKILL of the driver then `resume`; `extend` with a restored
+Optuna searcher; a SIGKILLed Train worker. Slow tier."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SweepsEnv, mlflow_client, wait_for
+
+pytestmark = pytest.mark.slow
+
+BASE = ["+experiment=quickstart", "scheduler=fifo", "sweep.max_concurrent_trials=2",
+        "search_space.lr={dist: choice, values: [0.02, 0.05]}", "trainable.num_workers=1",
+        "report.enabled=false", "checkpoint.num_to_keep=2"]
+
+
+def _index(env: SweepsEnv) -> dict | None:
+    paths = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
+    return json.loads(paths[0].read_text()) if len(paths) == 1 else None
+
+
+def _rows(trial_dir: Path) -> list[dict]:
+    f = trial_dir / "result.json"
+    if not f.is_file():
+        return []
+    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+
+
+def _progress(env: SweepsEnv, min_rows: int) -> bool:
+    rec = _index(env)
+    if not rec:
+        return False
+    exp = Path(rec["experiment_dirs"][-1])
+    if not list(exp.glob("experiment_state-*.json")):
+        return False
+    return any(len(_rows(d)) >= min_rows for d in exp.iterdir() if d.is_dir())
+
+
+def _children(env: SweepsEnv, rec: dict) -> list:
+    c = mlflow_client(env.tracking_uri)
+    return c.search_runs([rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'",
+                         max_results=200)
+
+
+def _epochs_restart_free(trial_dir: Path) -> bool:
+    epochs = [r["epoch"] for r in _rows(trial_dir) if "epoch" in r]
+    return epochs.count(1) == 1 and epochs == sorted(epochs)
+
+
+def _finish_and_check(env: SweepsEnv, n_trials: int, epochs: int) -> dict:
+    rec = _index(env)
+    proc = env.run("resume", "latest", check=True)
+    assert "finished" in proc.stdout
+    rec = _index(env)
+    from sweeps.results import load_records
+
+    trials = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], epochs)
+    assert len(trials) == n_trials, "resume kept the trial count"
+    assert all(t.status == "TERMINATED" and t.iterations == epochs for t in trials)
+    for t in trials:
+        assert _epochs_restart_free(Path(t.path)), f"{t.trial_id} restarted from epoch 1"
+    children = _children(env, rec)
+    ids = [r.data.tags["sweeps.trial_id"] for r in children]
+    assert sorted(ids) == sorted({t.trial_id for t in trials}), "one MLflow run per trial, no duplicates"
+    assert {r.info.status for r in children} == {"FINISHED"}
+    c = mlflow_client(env.tracking_uri)
+    assert c.get_run(rec["parent_run_id"]).info.status == "FINISHED"
+    running = c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
+    assert not running
+    return rec
+
+
+def test_ctrl_c_leaves_no_running_run_then_resume_finishes(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.popen("run", *BASE, "sweep.num_samples=2", "trainable.params.epochs=8")
+        wait_for(lambda: _progress(env, 2), 240, what="two reported epochs")
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out[-3000:]
+        assert "resume with" in out
+        rec = _index(env)
+        assert rec["status"] == "interrupted"
+        c = mlflow_client(env.tracking_uri)
+        running = c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
+        assert not running, "Ctrl-C must leave no RUNNING run"
+        assert {r.info.status for r in _children(env, rec)} <= {"KILLED", "FINISHED"}
+        _finish_and_check(env, n_trials=4, epochs=8)
+    finally:
+        env.cleanup()
+
+
+def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
+                         "sweep.num_samples=3", "trainable.params.epochs=6")
+        wait_for(lambda: _progress(env, 2), 240, what="two reported epochs")
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
+        proc.wait(timeout=30)
+        env.kill_ray()
+        rec = _index(env)
+        assert rec["status"] == "running"  # nobody could say otherwise
+        c = mlflow_client(env.tracking_uri)
+        assert c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'"), \
+            "a SIGKILLed driver leaves RUNNING runs behind (until the next command closes them)"
+        rec = _finish_and_check(env, n_trials=3, epochs=6)
+
+        # extend: the restored Optuna study knows the 3 finished trials and suggests 2 more
+        proc2 = env.run("extend", rec["sweep_id"], "--more-trials", "2", check=True)
+        assert "finished" in proc2.stdout
+        rec = _index(env)
+        assert len(rec["experiment_dirs"]) == 2
+        import pickle
+
+        (state,) = Path(rec["experiment_dirs"][1]).glob("searcher-state-*.pkl")
+        with state.open("rb") as f:
+            saved = pickle.load(f)
+        study = saved["_ot_study"] if isinstance(saved, dict) else saved._ot_study
+        assert len(study.trials) == 5, "the extension's suggestions came from the restored study"
+        children = _children(env, rec)
+        assert len(children) == 5 and {r.info.status for r in children} == {"FINISHED"}
+    finally:
+        env.cleanup()
+
+
+def _train_worker_pids(env: SweepsEnv) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if "RayTrainWorker" in line]
+
+
+def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
+                         "search_space.lr={dist: choice, values: [0.03]}", "trainable.params.epochs=10",
+                         "failure.worker_max_failures=2")
+        wait_for(lambda: _progress(env, 3), 240, what="three reported epochs")
+        pids = wait_for(lambda: _train_worker_pids(env), 30, what="Train worker processes")
+        os.kill(pids[-1], signal.SIGKILL)
+        t_kill = time.monotonic()
+        out, _ = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-4000:]
+        rec = _index(env)
+        (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
+        rows = _rows(trial_dir)
+        epochs = [r["epoch"] for r in rows]
+        assert epochs[-1] == 10, epochs
+        assert epochs.count(1) == 1 and epochs == sorted(epochs), f"restarted from zero: {epochs}"
+        assert time.monotonic() - t_kill > 0
+        assert rec["counts"]["failed"] == 0
+    finally:
+        env.cleanup()

@@ -1,0 +1,73 @@
+"""PBT with distributed (2-worker) trials through the Train->Tune checkpoint bridge, and the other
+schedulers from config. Slow tier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SweepsEnv
+
+pytestmark = pytest.mark.slow
+
+
+def _index(env: SweepsEnv) -> dict:
+    (path,) = list((env.home / "sweeps").glob("*.json"))
+    return json.loads(path.read_text())
+
+
+def _rows(trial_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (trial_dir / "result.json").read_text().splitlines() if x.strip()]
+
+
+def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", "+experiment=digits_pbt", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
+                "trainable.num_workers=2", "trainable.params.epochs=8", "scheduler.perturbation_interval=2",
+                "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}", "report.enabled=true",
+                check=True, timeout=900)
+        rec = _index(env)
+        trials = {d.name.split("_")[2] + "_" + d.name.split("_")[3]: d
+                  for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir() and d.name.startswith("run_")}
+        exploits = []
+        for tid, d in trials.items():
+            rows = _rows(d)
+            for prev, row in zip(rows, rows[1:], strict=False):
+                src = row.get("restored_from")
+                if src and src != row["trial_id"]:
+                    exploits.append((row, prev))
+        assert exploits, "PBT never exploited: the bridge did not give Tune checkpoints"
+        for row, prev in exploits:
+            # (b) the recipient resumed from the donor's epoch, not from zero
+            assert row["restored_epoch"] >= 2 and row["epoch"] == row["restored_epoch"] + 1
+            donor_rows = _rows(trials[row["restored_from"]])
+            assert any(r["epoch"] == row["restored_epoch"] for r in donor_rows)
+            # (c) the lr used by the optimizer after the exploit is the mutated one PBT recorded
+            assert row["opt/lr"] == pytest.approx(row["config"]["lr"])
+            donor_lr = [r["config"]["lr"] for r in donor_rows if r["epoch"] == row["restored_epoch"]][0]
+            assert row["config"]["lr"] != pytest.approx(donor_lr), "explore must change the donor's lr"
+        # the schedule of hyperparameters is visible in the report
+        summary = (env.root / "reports" / "digits_pbt" / rec["sweep_id"] / "summary.md").read_text()
+        assert "schedule" in summary.lower()
+    finally:
+        env.cleanup()
+
+
+@pytest.mark.parametrize("scheduler", ["hyperband", "median"])
+def test_other_schedulers_stop_bad_trials_early(scheduler: str, tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        extra = ["scheduler.max_t=4"] if scheduler == "hyperband" else ["scheduler.grace_period=1"]
+        env.run("run", "+experiment=quickstart", f"scheduler={scheduler}", *extra, "sweep.num_samples=2",
+                "search_space.lr={dist: grid, values: [0.000001, 0.05]}", "trainable.num_workers=1",
+                "trainable.params.epochs=4", "sweep.max_concurrent_trials=2", "report.enabled=false",
+                check=True)
+        rec = _index(env)
+        assert rec["status"] == "finished"
+        assert rec["counts"]["early_stopped"] >= 1, rec["counts"]
+        assert rec["best"]["params"]["lr"] == 0.05
+    finally:
+        env.cleanup()

@@ -1,0 +1,352 @@
+"""Tracking against a real ``mlflow server`` process, and ``python -m sweeps ui``.
+
+The slow tests share one lean server (SQLite + proxied artifacts under the module's tmp dir) and one
+tiny sweep logged to it over HTTP; they assert the run tree through ``MlflowClient``. The unmarked tests
+cover the pure helpers of :mod:`sweeps.mlflow_server` and :mod:`sweeps.ui`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SweepsEnv, mlflow_client
+
+from sweeps import mlflow_server, tracking, ui
+
+EPOCHS = 2
+TRIALS = 2
+TINY = [
+    "+experiment=quickstart", f"sweep.num_samples={TRIALS}", f"trainable.params.epochs={EPOCHS}",
+    f"scheduler.max_t={EPOCHS}", "scheduler.grace_period=1",
+    "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=60",
+]
+SAMPLED = ("lr", "hidden_size", "batch_size")
+
+
+# -- pure helpers (fast tier) ----------------------------------------------------------------------
+def test_server_command_is_lean_and_keeps_artifacts_where_asked() -> None:
+    cmd = mlflow_server.server_command("sqlite:////d/mlflow.db", "127.0.0.1", 5123,
+                                       artifacts_destination="/d/art", default_artifact_root="file:///d/art")
+    assert cmd[1:4] == ["-m", "mlflow", "server"]
+    pairs = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+    assert pairs == {"--backend-store-uri": "sqlite:////d/mlflow.db", "--host": "127.0.0.1", "--port": "5123",
+                     "--workers": "1", "--default-artifact-root": "file:///d/art",
+                     "--artifacts-destination": "/d/art"}
+
+
+def test_server_env_disables_job_runners_unless_the_caller_set_them() -> None:
+    assert mlflow_server.server_env({})["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    assert mlflow_server.server_env({"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true"})[
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("localhost", True), ("::1", True), ("127.0.1.1", True),
+    ("0.0.0.0", False), ("192.168.1.4", False), ("::", False),
+])
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert mlflow_server.is_loopback(host) is loopback
+
+
+def test_ui_artifacts_for_sqlite_match_where_sweeps_logs_them(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    opts = ui.artifact_options(uri)
+    assert opts["default_artifact_root"] == tracking.artifact_root(uri) == (tmp_path / "mlartifacts").as_uri()
+    assert opts["artifacts_destination"] == opts["default_artifact_root"]
+
+
+@pytest.mark.parametrize("uri", ["ftp://x", "mlflow.db", "localhost:5000"])
+def test_ui_rejects_a_uri_without_a_supported_scheme(uri: str) -> None:
+    from sweeps.errors import BadInput
+
+    with pytest.raises(BadInput, match="--tracking-uri"):
+        ui.store_uri(uri)
+
+
+def test_port_free_sees_a_listening_socket() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not mlflow_server.port_free("127.0.0.1", port)
+    assert mlflow_server.port_free("127.0.0.1", port)
+
+
+# -- one server, one tiny sweep over HTTP (slow tier) ----------------------------------------------
+@dataclass
+class Logged:
+    env: SweepsEnv
+    server: mlflow_server.Server
+    artifacts: Path
+    sweep_id: str
+    git_head: str
+    client: Any
+    parent: Any
+    children: list[Any]
+
+
+def _git_repo(root: Path) -> str:
+    """Make the sweep's cwd a git repo, so the parent's git_commit tag has a known right answer."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    (root / "README").write_text("test project\n")
+    for cmd in (["init", "-q"], ["add", "README"], ["commit", "-q", "-m", "init"]):
+        subprocess.run(["git", *cmd], cwd=root, env=env, check=True, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
+    root = tmp_path_factory.mktemp("tracking_server")
+    env = SweepsEnv(root)
+    head = _git_repo(root)
+    artifacts = root / "server" / "artifacts"
+    server = mlflow_server.start(f"sqlite:///{root / 'server' / 'mlflow.db'}",
+                                 artifacts_destination=artifacts, log_path=root / "server" / "server.log")
+    try:
+        proc = env.run("run", *TINY, f"tracking.uri={server.url}", timeout=600, check=True)
+        match = re.search(r"^sweep (\S+): finished", proc.stdout, re.MULTILINE)
+        assert match, proc.stdout[-2000:]
+        c = mlflow_client(server.url)
+        exp = c.get_experiment_by_name("quickstart")
+        runs = c.search_runs([exp.experiment_id], max_results=100)
+        parents = [r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep"]
+        assert len(parents) == 1, [r.data.tags for r in runs]
+        children = [r for r in runs if r.info.run_id != parents[0].info.run_id]
+        yield Logged(env, server, artifacts, match.group(1), head, c, parents[0], children)
+    finally:
+        server.stop()
+        env.cleanup()
+
+
+@pytest.mark.slow
+def test_server_runs_lean(logged: Logged) -> None:
+    """One uvicorn worker under the launcher and no huey job runners: at most 2 processes in its group."""
+    pgid = logged.server.proc.pid
+    group = [p for p in Path("/proc").glob("[0-9]*") if _pgrp(p) == pgid]
+    assert 1 <= len(group) <= 2, [(p.name, (p / "cmdline").read_bytes()[:120]) for p in group]
+
+
+def _pgrp(proc_dir: Path) -> int | None:
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[2])
+
+
+@pytest.mark.slow
+def test_parent_run_names_the_sweep_and_its_outcome(logged: Logged) -> None:
+    import ray
+
+    p = logged.parent
+    tags = p.data.tags
+    assert p.info.run_name == logged.sweep_id == tags[tracking.TAG_SWEEP]
+    assert p.info.status == "FINISHED"
+    assert tags["experiment"] == "quickstart" and tags["scheduler"] == "asha" and tags["searcher"] == "random"
+    assert tags["metric"] == "val/acc" and tags["mode"] == "max"
+    assert tags["git_commit"] == logged.git_head
+    assert tags["ray_version"] == ray.__version__
+    assert tags["count.total"] == str(TRIALS)
+    assert int(tags["count.completed"]) + int(tags["count.early_stopped"]) == TRIALS
+    assert tags["count.failed"] == "0"
+    trial_ids = {r.data.tags[tracking.TAG_TRIAL] for r in logged.children}
+    assert tags["best_trial_id"] in trial_ids
+    best_child = next(r for r in logged.children if r.info.run_id == tags["best_run_id"])
+    assert best_child.data.tags[tracking.TAG_TRIAL] == tags["best_trial_id"]
+    best_seen = max(m.value for r in logged.children
+                    for m in logged.client.get_metric_history(r.info.run_id, "val/acc"))
+    assert float(tags["best_metric"]) == pytest.approx(best_seen)
+
+
+@pytest.mark.slow
+def test_parent_artifacts_hold_config_and_search_space(logged: Logged, tmp_path: Path) -> None:
+    c, run_id = logged.client, logged.parent.info.run_id
+    names = {a.path for a in c.list_artifacts(run_id)}
+    assert {"config.yaml", "search_space.json"} <= names
+    space = json.loads(Path(c.download_artifacts(run_id, "search_space.json", str(tmp_path))).read_text())
+    assert set(space) == set(SAMPLED)
+    config = Path(c.download_artifacts(run_id, "config.yaml", str(tmp_path))).read_text()
+    assert "name: quickstart" in config and f"epochs: {EPOCHS}" in config
+
+
+@pytest.mark.slow
+def test_one_child_run_per_trial_nested_under_the_parent(logged: Logged) -> None:
+    assert len(logged.children) == TRIALS
+    for r in logged.children:
+        tags = r.data.tags
+        assert tags[tracking.PARENT_TAG] == logged.parent.info.run_id
+        assert tags[tracking.TAG_KIND] == "trial" and tags[tracking.TAG_SWEEP] == logged.sweep_id
+        assert r.info.status == "FINISHED", (r.info.run_name, r.info.status)
+    assert len({r.data.tags[tracking.TAG_TRIAL] for r in logged.children}) == TRIALS
+
+
+@pytest.mark.slow
+def test_child_params_are_the_sampled_hyperparameters_and_fixed_settings(logged: Logged) -> None:
+    for r in logged.children:
+        sampled = json.loads((Path(r.data.tags["trial_dir"]) / "params.json").read_text())
+        assert set(sampled) == set(SAMPLED)
+        for k in SAMPLED:
+            assert r.data.params[k] == str(sampled[k])
+        assert 1e-3 <= float(r.data.params["lr"]) <= 1e-1
+        assert r.data.params["hidden_size"] in ("64", "128")
+        assert r.data.params["epochs"] == str(EPOCHS)
+        assert r.data.params["num_layers"] == "1"
+
+
+@pytest.mark.slow
+def test_metric_histories_have_one_point_per_training_iteration(logged: Logged) -> None:
+    for r in logged.children:
+        history = logged.client.get_metric_history(r.info.run_id, "val/acc")
+        steps = sorted(m.step for m in history)
+        early = r.data.tags["early_stopped"] == "true"
+        assert steps == list(range(1, len(steps) + 1)), steps
+        assert len(steps) == EPOCHS or (early and 1 <= len(steps) < EPOCHS)
+        assert all(0.0 <= m.value <= 1.0 for m in history)
+        assert sorted(m.step for m in logged.client.get_metric_history(r.info.run_id, "train/loss")) == steps
+
+
+@pytest.mark.slow
+def test_best_checkpoint_is_an_artifact_of_each_child(logged: Logged, tmp_path: Path) -> None:
+    import torch
+
+    for r in logged.children:
+        c, run_id = logged.client, r.info.run_id
+        assert "checkpoint/model.pt" in {a.path for a in c.list_artifacts(run_id, "checkpoint")}
+        local = c.download_artifacts(run_id, "checkpoint/model.pt", str(tmp_path / run_id))
+        state = torch.load(local, weights_only=True)
+        assert state and all(isinstance(v, torch.Tensor) for v in state.values())
+        assert 1 <= int(r.data.tags["best_checkpoint_iteration"]) <= EPOCHS
+    # proxied through the server: the files sit in its artifacts destination, not in the sweep's cwd
+    assert len(list(logged.artifacts.rglob("model.pt"))) == TRIALS
+    assert not (logged.env.root / "mlartifacts").exists() and not (logged.env.root / "mlruns").exists()
+
+
+@pytest.mark.slow
+def test_no_run_is_left_running(logged: Logged) -> None:
+    exp = logged.client.get_experiment_by_name("quickstart")
+    running = logged.client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'")
+    assert running == []
+
+
+# -- bad tracking URIs fail fast, before anything is written ---------------------------------------
+@pytest.mark.slow
+def test_unreachable_server_fails_fast_naming_tracking_uri(sweeps_env: SweepsEnv) -> None:
+    uri = f"http://127.0.0.1:{mlflow_server.free_port()}"
+    t0 = time.monotonic()
+    proc = sweeps_env.run("run", *TINY, f"tracking.uri={uri}", timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "tracking.uri" in proc.stderr and uri in proc.stderr
+    assert elapsed < 15, elapsed
+    assert not (sweeps_env.home / "sweeps").exists() and not (sweeps_env.home / "ray").exists()
+
+
+@pytest.mark.slow
+def test_malformed_uri_fails_naming_tracking_uri(sweeps_env: SweepsEnv) -> None:
+    proc = sweeps_env.run("run", *TINY, "tracking.uri=ftp://x", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "tracking.uri" in proc.stderr and "ftp://x" in proc.stderr
+    assert not sweeps_env.home.exists() or not any(sweeps_env.home.iterdir())
+
+
+@pytest.mark.slow
+def test_client_gives_up_on_a_dead_server_within_seconds(tmp_path: Path) -> None:
+    """tracking.configure_client_env: MLflow's defaults would retry a dead server for minutes."""
+    uri = f"http://127.0.0.1:{mlflow_server.free_port()}"
+    code = ("import sys, time\nfrom sweeps import tracking\nc = tracking.client(sys.argv[1])\n"
+            "t = time.monotonic()\ntry:\n    c.search_experiments()\nexcept Exception as e:\n"
+            "    print(type(e).__name__, round(time.monotonic() - t, 1))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_")}
+    proc = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=env)
+    name, seconds = proc.stdout.split()
+    assert name == "MlflowException", proc.stdout + proc.stderr[-2000:]
+    assert float(seconds) < 10
+
+
+# -- python -m sweeps ui ---------------------------------------------------------------------------
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310
+        body = resp.read()
+    return json.loads(body) if body[:1] in (b"{", b"[") else body
+
+
+@pytest.mark.slow
+def test_ui_serves_the_sqlite_store_with_its_artifacts_until_ctrl_c(sweeps_env: SweepsEnv) -> None:
+    uri = sweeps_env.tracking_uri
+    c = tracking.client(uri)
+    exp_id = tracking.get_or_create_experiment(c, "ui-check", uri)
+    run_id = c.create_run(exp_id, run_name="logged-by-sweeps").info.run_id
+    tracking.write_text_artifact(c, run_id, "hello.txt", "artifact body")
+    c.set_terminated(run_id)
+
+    port = mlflow_server.free_port()
+    proc = sweeps_env.popen("ui", "--port", str(port))
+    try:
+        url = _read_ui_url(proc, timeout_s=120)
+        assert url == f"http://127.0.0.1:{port}/#/experiments"
+        base = f"http://127.0.0.1:{port}"
+        found = _get(f"{base}/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=ui-check")
+        assert found["experiment"]["experiment_id"] == exp_id
+        listed = _get(f"{base}/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run_id}")
+        assert [f["path"] for f in listed["files"]] == ["hello.txt"]
+        assert _get(f"{base}/get-artifact?path=hello.txt&run_uuid={run_id}") == b"artifact body"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "MLflow UI stopped" in out
+    assert not mlflow_server.healthy(base, timeout_s=2)
+    assert mlflow_server.port_free("127.0.0.1", port)
+
+
+def _read_ui_url(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith("MLflow UI: "):
+            return line.split(": ", 1)[1].strip()
+    raise AssertionError(f"no 'MLflow UI: URL' line; output:\n{''.join(seen)}")
+
+
+@pytest.mark.slow
+def test_ui_on_a_busy_port_is_bad_input(sweeps_env: SweepsEnv) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = sweeps_env.run("ui", "--port", str(port), timeout=60)
+    assert proc.returncode == 2
+    assert f"--port {port}" in proc.stderr and "already in use" in proc.stderr
+    assert not (sweeps_env.home / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_ui_for_a_server_store_only_prints_its_url(sweeps_env: SweepsEnv) -> None:
+    proc = sweeps_env.run("ui", "--tracking-uri", "http://127.0.0.1:5999/", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "http://127.0.0.1:5999/#/experiments" in proc.stdout
+    assert not sweeps_env.home.exists()
