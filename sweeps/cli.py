@@ -84,13 +84,13 @@ def cmd_run(argv: Sequence[str]) -> int:
             raise BadInput(f"run: unknown flag {a!r}; flags: --dry-run, --cfg job|all, --resolve, --help")
         else:
             overrides.append(a)
-    from sweeps import compose, config, runner
+    from sweeps import compose, runner
 
     if cfg_mode:
         cfg = compose.compose_config(overrides)
         print(compose.to_yaml(cfg, resolve=resolve), end="")
         return 0
-    spec = config.build_spec(compose.compose(overrides))
+    spec = runner.prepare(overrides)
     if dry:
         print(runner.dry_run(spec))
         return 0

@@ -180,6 +180,10 @@ def _delta(a: Any, b: Any) -> str:
     return f"{fb - fa:+.4g}"
 
 
+def _pct(x: float | None) -> float | None:
+    return None if x is None else round(100.0 * x, 1)
+
+
 def _best(rec: SweepRecord, summ: Summary | None) -> tuple[float, str, dict[str, Any]]:
     """(best value, trial id, params): from the summary, else from the index record."""
     if summ is not None:
@@ -223,7 +227,11 @@ def _side_by_side(a: SweepRecord, b: SweepRecord, sa: Summary | None, sb: Summar
         ("CPU-seconds", attr(sa, "cpu_s_total"), attr(sb, "cpu_s_total")),
         ("GPU-seconds", attr(sa, "gpu_s_total"), attr(sb, "gpu_s_total")),
         ("epochs trained", attr(sa, "epochs_trained"), attr(sb, "epochs_trained")),
-        ("compute saved by early stopping", attr(sa, "compute_saved"), attr(sb, "compute_saved")),
+        (
+            "compute saved by early stopping (%)",
+            _pct(attr(sa, "compute_saved")),
+            _pct(attr(sb, "compute_saved")),
+        ),
         ("efficiency (T_ideal / T_observed)", attr(sa, "efficiency"), attr(sb, "efficiency")),
     ]
     return Table(["", "A", "B", "B − A"], [[k, fmt(x), fmt(y), _delta(x, y)] for k, x, y in rows])

@@ -38,7 +38,11 @@ class Outcome:
 
 def prepare(overrides: Sequence[str]) -> SweepSpec:
     """Compose and validate; raises BadInput before anything is started or written."""
-    return config.build_spec(compose.compose(overrides))
+    from sweeps.tuner import check_arguments
+
+    spec = config.build_spec(compose.compose(overrides))
+    check_arguments(spec)
+    return spec
 
 
 def dry_run(spec: SweepSpec) -> str:

@@ -231,6 +231,7 @@ class _Tracker:
         self.runs: dict[str, str] = {}  # trial id -> run id
         self.buffers: dict[str, list[Any]] = {}
         self.best_ckpt: dict[str, tuple[float, str, int]] = {}  # trial id -> (score, path, iteration)
+        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
         self.last_flush = 0.0
         self.failed_sends = 0
         self._client: Any = None
@@ -288,6 +289,7 @@ class _Tracker:
                 continue
             run_id = self.runs.get(tid)
             if run_id is None:
+                ok = False  # its run could not be created yet: retried on the trial's next result or end
                 continue
             try:
                 with self.timer:
@@ -301,6 +303,8 @@ class _Tracker:
                     log.warning("MLflow unreachable (%s); %d metric(s) buffered for retry",
                                 type(exc).__name__, sum(map(len, self.buffers.values())))
                 break
+        if ok and self.finals:
+            ok = self._try_finals()
         return ok
 
     # -- Tune callback hooks ----------------------------------------------------------------------------
@@ -357,7 +361,7 @@ class _Tracker:
         self._finish(trial, "FAILED")
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        self.flush(force=True)
+        self.drain()
 
     # -- endings ----------------------------------------------------------------------------------------
     def _safe(self, fn: Any) -> None:
@@ -368,36 +372,64 @@ class _Tracker:
             log.warning("MLflow call failed: %s", exc)
 
     def _finish(self, trial: Any, status: str) -> None:
-        run_id = self.runs.get(trial.trial_id)
-        if run_id is None:
-            try:
-                run_id = self._run_for(trial)
-            except Exception as exc:
-                log.warning("MLflow: no run for %s (%s); `sweeps sync` can back-fill it", trial, exc)
-                return
-        self.flush(force=True)
+        """Queue the trial's final writes (metrics, error, best checkpoint, tags, status) and try them now.
+
+        If MLflow is unreachable they stay queued: every later flush retries, and :meth:`drain` at the end
+        of the sweep waits for them, so a server that is down for a while loses nothing.
+        """
         last = trial.last_result or {}
         epoch = last.get("epoch")
         early = bool(status == "FINISHED" and self.epochs and isinstance(epoch, int | float)
                      and epoch < self.epochs)
         tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
                 "retries": str(trial.num_failures), "trial_dir": trial.path or ""}
+        error = None
         if status == "FAILED":
-            self._safe(lambda: self._log_error(run_id, trial))
+            error = "unknown error"
+            if trial.error_file and os.path.isfile(trial.error_file):
+                error = Path(trial.error_file).read_text(errors="replace")
+            error = security.scrub(error, self.secrets)
         best = self.best_ckpt.get(trial.trial_id)
         if best is not None:
             tags["best_checkpoint"] = best[1]
             tags["best_checkpoint_iteration"] = str(best[2])
-            if self.log_checkpoints and os.path.isdir(best[1]):
-                self._safe(lambda: self.client.log_artifacts(run_id, best[1], artifact_path="checkpoint"))
-        self._safe(lambda: set_tags(self.client, run_id, tags))
-        self._safe(lambda: self.client.set_terminated(run_id, status=status))
+        self.finals[trial.trial_id] = (trial, status, tags, error, best[1] if best else None)
+        self.flush(force=True)
 
-    def _log_error(self, run_id: str, trial: Any) -> None:
-        text = ""
-        if trial.error_file and os.path.isfile(trial.error_file):
-            text = Path(trial.error_file).read_text(errors="replace")
-        text = security.scrub(text or "unknown error", self.secrets)
+    def _try_finals(self) -> bool:
+        for tid, (trial, status, tags, error, ckpt) in list(self.finals.items()):
+            if self.buffers.get(tid):
+                return False  # metrics first: a FINISHED run must already hold its history
+            try:
+                run_id = self._run_for(trial)
+                with self.timer:
+                    if error is not None:
+                        self._log_error(run_id, error)
+                    if ckpt and self.log_checkpoints and os.path.isdir(ckpt):
+                        self.client.log_artifacts(run_id, ckpt, artifact_path="checkpoint")
+                    set_tags(self.client, run_id, tags)
+                    self.client.set_terminated(run_id, status=status)
+                del self.finals[tid]
+            except Exception as exc:
+                log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
+                return False
+        return True
+
+    def drain(self, timeout_s: float = 120.0) -> bool:
+        """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.flush(force=True) and not self.finals:
+                return True
+            if time.monotonic() > deadline:
+                left = sum(map(len, self.buffers.values()))
+                log.warning("MLflow still unreachable: %d metric value(s) and %d run ending(s) not written; "
+                            "`python -m sweeps sync SWEEP_ID` back-fills them from the Ray results",
+                            left, len(self.finals))
+                return False
+            time.sleep(2.0)
+
+    def _log_error(self, run_id: str, text: str) -> None:
         with tempfile.TemporaryDirectory() as d:
             Path(d, "error.txt").write_text(text)
             self.client.log_artifact(run_id, os.path.join(d, "error.txt"))
@@ -405,7 +437,7 @@ class _Tracker:
 
     def close_open(self, status: str = "KILLED") -> None:
         """End every run this tracker opened that is not final yet (Ctrl-C, crash)."""
-        self.flush(force=True)
+        self.drain(timeout_s=60.0)
         for run_id in self.runs.values():
             try:
                 if self.client.get_run(run_id).info.status not in TERMINAL:

@@ -33,6 +33,43 @@ def _instantiate(node: dict[str, Any], **kwargs: Any) -> Any:
     return instantiate(cfg, _convert_="all", **kwargs)
 
 
+RESERVED = {"_target_", "name", "_partial_", "_convert_", "_recursive_", "_args_"}
+SUPPLIED = {"metric", "mode", "points_to_evaluate", "max_concurrent", "random_state", "hyperparam_mutations"}
+
+
+def argument_errors(node: dict[str, Any], key: str) -> list[str]:
+    """Arguments in a ``_target_`` node that the target does not take (checked before anything starts)."""
+    try:
+        target = import_dotted(str(node["_target_"]))
+    except (ImportError, AttributeError, ValueError) as exc:
+        return [f"{key}._target_: cannot import {node.get('_target_')!r} ({exc})"]
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return []
+    errors = []
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        allowed = [n for n, p in params.items() if n not in ("self", "args", "kwargs")
+                   and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        for arg in sorted(set(node) - RESERVED):
+            if arg not in params:
+                errors.append(f"{key}.{arg}: {node['_target_'].rsplit('.', 1)[-1]} takes no argument {arg!r}; "
+                              f"its arguments: {', '.join(a for a in allowed if a not in SUPPLIED) or '(none)'}")
+    for arg, value in node.items():
+        if isinstance(value, dict) and "_target_" in value:
+            errors += argument_errors(value, f"{key}.{arg}")
+    return errors
+
+
+def check_arguments(spec: SweepSpec) -> None:
+    """Raise BadInput when the searcher or scheduler config has arguments its class does not take."""
+    from sweeps.errors import BadInput
+
+    errors = argument_errors(spec.searcher, "searcher") + argument_errors(spec.scheduler, "scheduler")
+    if errors:
+        raise BadInput(*errors)
+
+
 def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any]] | None = None) -> Any:
     """The search algorithm, with warm-start points to evaluate first."""
     points = list(points if points is not None else spec.sweep.points_to_evaluate)

@@ -252,7 +252,9 @@ def test_unreachable_server_fails_fast_naming_tracking_uri(sweeps_env: SweepsEnv
     elapsed = time.monotonic() - t0
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "tracking.uri" in proc.stderr and uri in proc.stderr
-    assert elapsed < 15, elapsed
+    # the probe itself answers in well under a second (MLflow's own client would retry for minutes); the
+    # rest is interpreter start + Hydra compose, which a loaded 2-core box can stretch to ~15 s
+    assert elapsed < 30, elapsed
     assert not (sweeps_env.home / "sweeps").exists() and not (sweeps_env.home / "ray").exists()
 
 
@@ -298,7 +300,7 @@ def test_ui_serves_the_sqlite_store_with_its_artifacts_until_ctrl_c(sweeps_env: 
     port = mlflow_server.free_port()
     proc = sweeps_env.popen("ui", "--port", str(port))
     try:
-        url = _read_ui_url(proc, timeout_s=120)
+        url = _read_ui_url(proc, timeout_s=240)
         assert url == f"http://127.0.0.1:{port}/#/experiments"
         base = f"http://127.0.0.1:{port}"
         found = _get(f"{base}/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=ui-check")

@@ -53,6 +53,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     ``grad_accum_steps``, ``checkpoint_every``, ``torch_threads``, and fault injection (``fault``,
     ``fault_epoch``) used by the fault-tolerance tests.
     """
+    import ray
     import ray.train
     import ray.train.torch
     import torch
@@ -60,6 +61,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     from torch.utils.data import DataLoader, TensorDataset
 
     common.set_threads(config)
+    node_id = ray.get_runtime_context().get_node_id()
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(int(config.get("seed", 0)) + rank)
@@ -149,6 +151,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             "opt/lr": optimizer.param_groups[0]["lr"],
             **watch.metrics(),
             **restored,
+            "node_id": node_id,  # where rank 0 ran (multi-node placement shows in the results)
         }
         restored = {}
         with common.checkpoint_dir(rank, epoch, every) as d:
