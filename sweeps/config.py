@@ -248,6 +248,14 @@ def _scheduler_errors(sched: Mapping[str, Any], trainable: Mapping[str, Any], ep
         if not mutations:
             errors.append(f"scheduler.{key}: PBT needs at least one mutation, e.g. "
                           f"scheduler.{key}.lr={{dist: loguniform, low: 1e-4, high: 1e-1}}")
+        elif key == "hyperparam_bounds":
+            for pname, bounds in mutations.items():
+                ok = (isinstance(bounds, list | tuple) and len(bounds) == 2
+                      and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)
+                      and bounds[0] < bounds[1])
+                if not ok:
+                    errors.append(f"scheduler.hyperparam_bounds.{pname}: expected [low, high] with low < high, "
+                                  f"got {bounds!r}")
         elif key == "hyperparam_mutations":
             errors += space.validate_space(mutations, prefix=f"scheduler.{key}")
             unknown = sorted(set(mutations) - set(space_cfg) - set(trainable.get("params") or {}))

@@ -96,6 +96,20 @@ def _best_checkpoint(trial: Any, metric: str, mode: str) -> str | None:
     return best[1] if best else None
 
 
+def error_path(trial: Any) -> Path | None:
+    """The trial's error file in storage (``trial.error_file`` needs a live Ray session; this does not)."""
+    name = getattr(trial.run_metadata, "error_filename", None)
+    if not name:
+        return None
+    candidates = [Path(trial.path, name)] if trial.path else []
+    try:
+        if trial.error_file:  # the driver's staging copy, while Ray runs
+            candidates.append(Path(trial.error_file))
+    except AssertionError:  # no Ray session
+        pass
+    return next((p for p in candidates if p.is_file()), None)
+
+
 def epochs_of(config: dict[str, Any]) -> int | None:
     """The per-trial epoch budget from a sweep's stored config (``trainable.params.epochs``)."""
     epochs = ((config.get("trainable") or {}).get("params") or {}).get("epochs")
@@ -125,8 +139,9 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
             # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
             early = bool(trial.status == "TERMINATED" and budget and epoch is not None and epoch < budget)
             error = None
-            if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).is_file():
-                text = Path(trial.error_file).read_text(errors="replace").strip().splitlines()
+            err_file = error_path(trial)
+            if trial.status == "ERROR" and err_file is not None:
+                text = err_file.read_text(errors="replace").strip().splitlines()
                 error = text[-1] if text else "error"
             records.append(TrialRecord(
                 trial_id=trial.trial_id, status=trial.status,

@@ -386,8 +386,11 @@ class _Tracker:
         error = None
         if status == "FAILED":
             error = "unknown error"
-            if trial.error_file and os.path.isfile(trial.error_file):
-                error = Path(trial.error_file).read_text(errors="replace")
+            from sweeps.results import error_path
+
+            path = error_path(trial)
+            if path is not None:
+                error = path.read_text(errors="replace")
             error = security.scrub(error, self.secrets)
         best = self.best_ckpt.get(trial.trial_id)
         if best is not None:

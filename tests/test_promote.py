@@ -356,7 +356,8 @@ def _clone(env: SweepsEnv, rec: dict[str, Any], tag: str) -> tuple[str, Path]:
     dst = env.root / "clones" / tag / src.name  # same folder name: Ray relocates the experiment
     shutil.copytree(src, dst)
     new_id = f"{rec['sweep_id']}-{tag}"
-    clone = {**rec, "sweep_id": new_id, "experiment_dirs": [str(dst)], "created": rec["created"] - 1}
+    clone = {k: v for k, v in rec.items() if not k.startswith("_")}  # only SweepRecord fields
+    clone.update(sweep_id=new_id, experiment_dirs=[str(dst)], created=rec["created"] - 1)
     (env.home / "sweeps" / f"{new_id}.json").write_text(json.dumps(clone))
     return new_id, dst
 

@@ -71,3 +71,23 @@ def test_other_schedulers_stop_bad_trials_early(scheduler: str, tmp_path: Path) 
         assert rec["best"]["params"]["lr"] == 0.05
     finally:
         env.cleanup()
+
+
+def test_pb2_explores_within_bounds(tmp_path: Path) -> None:
+    from sweeps.results import load_records, read_param_schedules
+
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", "+experiment=digits_pb2", "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
+                "trainable.num_workers=1", "trainable.params.epochs=6", "scheduler.quantile_fraction=0.5",
+                "report.enabled=false", check=True, timeout=900)
+        rec = _index(env)
+        records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 6)
+        assert len(records) == 2 and all(r.status == "TERMINATED" for r in records)
+        schedules = read_param_schedules(records)
+        assert schedules, "PB2 never perturbed a trial"
+        for per_param in schedules.values():
+            for _, lr in per_param.get("lr", ()):
+                assert 1e-4 <= lr <= 1e-1
+    finally:
+        env.cleanup()

@@ -118,7 +118,7 @@ def test_failed_and_nan_trials(tmp_path: Path) -> None:
         env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
                 "+trainable.params.api_key=${oc.env:SWEEPS_TEST_SECRET}",
                 "+tracking.password=${oc.env:SWEEPS_TEST_SECRET}",
-                "+search_space.fault={dist: grid, values: [none, raise, nan]}", "+trainable.params.fault_epoch=2",
+                "+search_space.fault={dist: grid, values: [none, raise, 'nan']}", "+trainable.params.fault_epoch=2",
                 "search_space.lr={dist: choice, values: [0.03]}", "trainable.num_workers=1",
                 "trainable.params.epochs=3", "failure.max_failures=1", "sweep.max_concurrent_trials=2",
                 *FAST, check=True, extra_env={"SWEEPS_TEST_SECRET": SECRET})

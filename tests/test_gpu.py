@@ -1,0 +1,33 @@
+"""GPU path: one trial with `trainable.use_gpu=true` (NCCL, one GPU per worker). Skipped without CUDA."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SweepsEnv
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine"),
+]
+
+
+def test_gpu_trial_trains_on_cuda(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        n = torch.cuda.device_count()
+        env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=1",
+                "trainable.use_gpu=true", f"trainable.num_workers={min(n, 2)}",
+                "trainable.resources_per_worker={CPU: 1, GPU: 1}", "trainable.params.epochs=3",
+                "report.enabled=false", check=True)
+        (rec_path,) = list((env.home / "sweeps").glob("*.json"))
+        rec = json.loads(rec_path.read_text())
+        assert rec["status"] == "finished" and rec["best"]["value"] > 0.8
+    finally:
+        env.cleanup()

@@ -1,0 +1,426 @@
+"""A tabular classifier fed by Ray Data: the rows come from files, and each Train worker reads only its shard.
+
+Data is declared in config (``trainable.params.data``)::
+
+    data:
+      path: null            # Parquet/CSV file or folder, local or any URI pyarrow reads (s3://, gs://...);
+                            # null = $SWEEPS_HOME/data/wine.parquet
+      format: parquet       # parquet | csv
+      label: target         # integer class column
+      id_column: row_id     # unique integer row id: drives the deterministic train/val split
+      val_fraction: 0.2
+      num_classes: 3
+      example: wine         # a missing *local* file is generated from this bundled scikit-learn dataset
+
+The trial's driver calls :func:`build_datasets` (``trainable.datasets``); Ray Train splits both datasets
+across the workers (``streaming_split(equal=True)``), and :func:`train_loop` iterates its shard with
+``iter_torch_batches(prefetch_batches=...)``. The model standardizes its inputs with train-split statistics
+held in buffers, so a promoted model takes raw feature rows.
+
+Reports ``train/loss``, ``val/loss``, ``val/acc``, ``epoch``, ``opt/lr``, ``time/data_s``, ``time/compute_s``,
+``time/data_frac`` and shard evidence gathered from every rank: ``data/rows_seen`` (rank 0's rows this
+epoch), ``data/rank0_id_sum``, ``data/rows_total`` (all ranks), ``data/rows_unique`` and
+``data/shards_disjoint`` (1.0 when no row reached two workers), ``data/val_rows_in_train`` (must be 0).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainables import common
+
+METRICS = ("train/loss", "val/loss", "val/acc", "epoch", "opt/lr")
+FORMATS = ("parquet", "csv")
+EXAMPLES = ("wine", "breast_cancer")
+DATA_DEFAULTS: dict[str, Any] = {
+    "path": None,
+    "format": "parquet",
+    "label": "target",
+    "id_column": "row_id",
+    "val_fraction": 0.2,
+    "num_classes": 3,
+    "example": "wine",
+}
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: a multiplicative hash that spreads consecutive ids
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The validated ``data`` block of the trainable's params."""
+
+    path: str
+    format: str
+    label: str
+    id_column: str
+    val_fraction: float
+    num_classes: int
+    example: str | None
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.path or self.path.startswith("file://")
+
+
+def default_data_path(example: str = "wine", fmt: str = "parquet") -> str:
+    """``$SWEEPS_HOME/data/<example>.<fmt>`` (``$SWEEPS_HOME`` defaults to ``./.sweeps``), absolute."""
+    home = Path(os.environ.get("SWEEPS_HOME", ".sweeps")).expanduser()
+    if not home.is_absolute():  # a Tune trial runs in its trial folder: resolve against where Tune started
+        home = Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / home
+    return str((home / "data" / f"{example}.{fmt}").resolve())
+
+
+def data_settings(config: dict[str, Any]) -> DataSettings:
+    """Read and check ``config["data"]`` (missing keys take :data:`DATA_DEFAULTS`); ValueError names the key."""
+    raw = {**DATA_DEFAULTS, **(config.get("data") or {})}
+    unknown = sorted(set(raw) - set(DATA_DEFAULTS))
+    if unknown:
+        raise ValueError(f"data: unknown key(s) {', '.join(unknown)}; known: {', '.join(DATA_DEFAULTS)}")
+    fmt = str(raw["format"]).lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"data.format: {raw['format']!r} is not supported; use one of {', '.join(FORMATS)}")
+    frac = float(raw["val_fraction"])
+    if not 0.0 < frac < 1.0:
+        raise ValueError(f"data.val_fraction: must be within (0, 1), got {raw['val_fraction']!r}")
+    classes = int(raw["num_classes"])
+    if classes < 2:
+        raise ValueError(f"data.num_classes: must be >= 2, got {raw['num_classes']!r}")
+    example = raw["example"] or None
+    if example is not None and example not in EXAMPLES:
+        raise ValueError(f"data.example: {example!r} is not bundled; use one of {', '.join(EXAMPLES)} or null")
+    path = str(raw["path"]) if raw["path"] else default_data_path(example or "wine", fmt)
+    return DataSettings(path=path, format=fmt, label=str(raw["label"]), id_column=str(raw["id_column"]),
+                        val_fraction=frac, num_classes=classes, example=example)
+
+
+# -- the example dataset ------------------------------------------------------------------------------------
+def example_frame(name: str = "wine") -> Any:
+    """A bundled scikit-learn dataset as a DataFrame: snake_case feature columns, ``target``, ``row_id``."""
+    from sklearn.datasets import load_breast_cancer, load_wine
+
+    loaders = {"wine": load_wine, "breast_cancer": load_breast_cancer}
+    if name not in loaders:
+        raise ValueError(f"example: {name!r} is not bundled; use one of {', '.join(loaders)}")
+    bunch = loaders[name](as_frame=True)
+    df = bunch.data.copy()
+    df.columns = [re.sub(r"[^a-z0-9]+", "_", c.lower()).strip("_") for c in df.columns]
+    df["target"] = bunch.target.astype("int64")
+    df["row_id"] = range(len(df))
+    return df.astype({"row_id": "int64"})
+
+
+def write_example_dataset(path: str | Path, name: str = "wine", fmt: str = "parquet") -> Path:
+    """Write :func:`example_frame` to ``path`` atomically (temp file + rename): readers never see half a file.
+
+    Two trials may race to create it; both write the same bytes and the last rename wins.
+    """
+    import pyarrow as pa
+
+    if fmt not in FORMATS:
+        raise ValueError(f"format: {fmt!r} is not supported; use one of {', '.join(FORMATS)}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(example_frame(name), preserve_index=False)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, tmp)
+        else:
+            import pyarrow.csv as pcsv
+
+            pcsv.write_csv(table, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def ensure_data(settings: DataSettings) -> str:
+    """The data path; a missing local file is generated from ``settings.example`` first (else FileNotFoundError)."""
+    local = settings.path.removeprefix("file://")
+    if not settings.is_local or os.path.exists(local):
+        return settings.path
+    if settings.example is None:
+        raise FileNotFoundError(f"data.path: {local} does not exist (and data.example is null, so nothing is "
+                                f"generated); point data.path at a {settings.format} file or folder")
+    write_example_dataset(local, settings.example, settings.format)
+    return settings.path
+
+
+# -- the split and the columns ------------------------------------------------------------------------------
+def is_val(row_ids: Any, val_fraction: float) -> Any:
+    """Boolean mask: which row ids belong to the validation split.
+
+    A hash of the id, not the row's position: the split is the same on every read, for every block layout,
+    and needs no shuffle or global count (so it streams).
+    """
+    import numpy as np
+
+    ids = np.asarray(row_ids).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = ids * np.uint64(_GOLDEN)  # wraps mod 2**64 on purpose
+    u = (h >> np.uint64(11)).astype(np.float64) / float(2**53)  # uniform in [0, 1)
+    return u < val_fraction
+
+
+def _pyarrow_dataset(settings: DataSettings) -> Any:
+    import pyarrow.dataset as pds
+
+    return pds.dataset(settings.path.removeprefix("file://") if settings.is_local else settings.path,
+                       format=settings.format)
+
+
+def feature_columns(settings: DataSettings) -> list[str]:
+    """Every column except the label and the id, in file order (read from the schema only)."""
+    schema = _pyarrow_dataset(settings).schema
+    missing = [c for c in (settings.label, settings.id_column) if c not in schema.names]
+    if missing:
+        raise ValueError(f"data: column(s) {', '.join(missing)} not in {settings.path}; columns: "
+                         f"{', '.join(schema.names)}")
+    return [c for c in schema.names if c not in (settings.label, settings.id_column)]
+
+
+def _to_xy(batch: dict[str, Any], features: list[str], label: str, id_column: str, val_fraction: float,
+           want_val: bool) -> dict[str, Any]:
+    """Ray Data batch (numpy columns) -> {x: (B, F) float32, y: (B,) int64, row_id: (B,)} of one split."""
+    import numpy as np
+
+    keep = is_val(batch[id_column], val_fraction) == want_val
+    x = np.stack([np.asarray(batch[c], dtype=np.float32) for c in features], axis=1)  # (B, F)
+    return {"x": x[keep], "y": np.asarray(batch[label], dtype=np.int64)[keep],
+            "row_id": np.asarray(batch[id_column], dtype=np.int64)[keep]}
+
+
+def build_datasets(config: dict[str, Any]) -> dict[str, Any]:
+    """Called in the trial's driver: ``{"train": Dataset, "val": Dataset}`` read lazily from the file."""
+    import ray.data
+
+    settings = data_settings(config)
+    path = ensure_data(settings)
+    features = feature_columns(settings)
+    read = ray.data.read_parquet if settings.format == "parquet" else ray.data.read_csv
+    out = {}
+    for name, want_val in (("train", False), ("val", True)):
+        ds = read(path)
+        out[name] = ds.map_batches(
+            _to_xy, batch_format="numpy",
+            fn_kwargs={"features": features, "label": settings.label, "id_column": settings.id_column,
+                       "val_fraction": settings.val_fraction, "want_val": want_val},
+        )
+    return out
+
+
+# -- model --------------------------------------------------------------------------------------------------
+def _mlp_class() -> Any:
+    import torch
+    from torch import nn
+
+    class TabularMLP(nn.Module):
+        """Standardize (train-split mean/std held in buffers, so they travel with the checkpoint) -> MLP."""
+
+        def __init__(self, num_features: int, num_classes: int, hidden: int, depth: int, dropout: float):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(num_features))
+            self.register_buffer("std", torch.ones(num_features))
+            layers: list[nn.Module] = []
+            width = num_features
+            for _ in range(depth):
+                layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
+                width = hidden
+            layers.append(nn.Linear(width, num_classes))
+            self.net = nn.Sequential(*layers)
+
+        def forward(self, x: Any) -> Any:
+            x = (x.float() - self.mean) / self.std  # (B, F)
+            return self.net(x)  # (B, C) logits
+
+    return TabularMLP
+
+
+def build_model(config: dict[str, Any]) -> Any:
+    """The MLP for the configured file: its feature count comes from the file's schema."""
+    settings = data_settings(config)
+    ensure_data(settings)
+    return _mlp_class()(
+        num_features=len(feature_columns(settings)),
+        num_classes=settings.num_classes,
+        hidden=int(config.get("hidden_size", 64)),
+        depth=int(config.get("num_layers", 1)),
+        dropout=float(config.get("dropout", 0.0)),
+    )
+
+
+def validation_data(config: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """The validation split (raw features (N, F) float32, labels (N,) int64), read from the same file."""
+    import numpy as np
+    import torch
+
+    settings = data_settings(config or {})
+    ensure_data(settings)
+    features = feature_columns(settings)
+    table = _pyarrow_dataset(settings).to_table(columns=[*features, settings.label, settings.id_column])
+    cols = {c: table.column(c).to_numpy() for c in table.column_names}
+    batch = _to_xy(cols, features, settings.label, settings.id_column, settings.val_fraction, want_val=True)
+    order = np.argsort(batch["row_id"], kind="stable")  # file order must not matter
+    return torch.from_numpy(batch["x"][order]), torch.from_numpy(batch["y"][order])
+
+
+# -- the loop -----------------------------------------------------------------------------------------------
+def _feature_stats(shard: Any, batch_size: int, num_features: int) -> tuple[Any, Any]:
+    """Train-split mean/std over *all* shards: each worker sums its own rows, then one all-reduce."""
+    import torch
+
+    sums = torch.zeros(2 * num_features + 1, dtype=torch.float64)  # [sum x, sum x^2, count]
+    for batch in shard.iter_torch_batches(batch_size=batch_size):
+        x = batch["x"].double()  # (B, F)
+        sums[:num_features] += x.sum(0)
+        sums[num_features:-1] += (x * x).sum(0)
+        sums[-1] += x.shape[0]
+    sums = _all_reduce(sums)
+    n = max(float(sums[-1]), 1.0)
+    mean = sums[:num_features] / n
+    std = (sums[num_features:-1] / n - mean * mean).clamp_min(0).sqrt()
+    std[std < 1e-8] = 1.0  # constant columns stay 0, not inf
+    return mean.float(), std.float()
+
+
+def _all_reduce(t: Any) -> Any:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t)
+    return t
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def shard_evidence(ids_per_rank: list[list[int]], val_fraction: float) -> dict[str, float]:
+    """What the workers' row ids prove: shard sizes, disjointness, no validation row in training."""
+    import numpy as np
+
+    flat = [i for ids in ids_per_rank for i in ids]
+    unique = set(flat)
+    leaked = int(is_val(np.asarray(sorted(unique), dtype=np.int64), val_fraction).sum()) if unique else 0
+    return {
+        "data/rows_seen": float(len(ids_per_rank[0])),
+        "data/rank0_id_sum": float(sum(ids_per_rank[0])),
+        "data/rows_total": float(len(flat)),
+        "data/rows_unique": float(len(unique)),
+        "data/shards_disjoint": 1.0 if len(unique) == len(flat) else 0.0,
+        "data/val_rows_in_train": float(leaked),
+    }
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """Runs on every Train worker: iterate this worker's shard of ``train``, evaluate on its shard of ``val``."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    common.set_threads(config)
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.manual_seed(int(config.get("seed", 0)))  # same init on every rank (DDP broadcasts rank 0's anyway)
+
+    settings = data_settings(config)
+    train_shard = ray.train.get_dataset_shard("train")
+    val_shard = ray.train.get_dataset_shard("val")
+    batch_size = int(config.get("batch_size", 32))
+    prefetch = int(config.get("prefetch_batches", 1))
+    shuffle_buffer = int(config.get("shuffle_buffer", 0)) or None
+
+    model = build_model(config)
+    lr = common.effective_lr(config, world)
+    weight_decay = float(config.get("weight_decay", 0.0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    accum = common.accumulation_steps(config)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    start_epoch, restored = 1, {}
+    ckpt = common.resume_checkpoint(config)
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            model_state, optim_state, meta = common.load_checkpoint(d)
+        model.load_state_dict(model_state)  # includes the mean/std buffers
+        optimizer.load_state_dict(optim_state)
+        start_epoch = int(meta["epoch"]) + 1
+        restored = {"restored_from": str(meta.get("trial_id", "")), "restored_epoch": int(meta["epoch"])}
+    else:
+        mean, std = _feature_stats(train_shard, batch_size, model.mean.numel())
+        model.mean.copy_(mean)
+        model.std.copy_(std)
+    common.apply_hparams(optimizer, lr, weight_decay)  # the trial's (possibly PBT-mutated) values win
+    model = ray.train.torch.prepare_model(model)
+    device = ray.train.torch.get_device()
+
+    epochs = int(config.get("epochs", 10))
+    every = int(config.get("checkpoint_every", 1))
+    for epoch in range(start_epoch, epochs + 1):
+        model.train()
+        watch = common.Stopwatch()
+        total, count, seen = 0.0, 0, []
+        batches = train_shard.iter_torch_batches(
+            batch_size=batch_size, prefetch_batches=prefetch, device=device,
+            local_shuffle_buffer_size=shuffle_buffer, local_shuffle_seed=epoch if shuffle_buffer else None,
+        )
+        for step, batch in enumerate(batches):
+            watch.data_done()
+            xb, yb = batch["x"], batch["y"]  # (B, F) float32, (B,) int64
+            loss = loss_fn(model(xb), yb) / accum
+            loss.backward()
+            if (step + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            total += float(loss.detach()) * accum * len(yb)
+            count += len(yb)
+            seen += batch["row_id"].tolist()
+            watch.compute_done()
+        optimizer.step()  # flush a partial accumulation window
+        optimizer.zero_grad()
+
+        model.eval()
+        sums = torch.zeros(5, dtype=torch.float64)  # [val loss sum, correct, val rows, train loss sum, rows]
+        with torch.no_grad():
+            for batch in val_shard.iter_torch_batches(batch_size=256, device=device):
+                out = model(batch["x"])  # (B, C)
+                sums[0] += float(loss_fn(out, batch["y"])) * len(batch["y"])
+                sums[1] += float((out.argmax(1) == batch["y"]).sum())
+                sums[2] += len(batch["y"])
+        sums[3], sums[4] = total, count
+        sums = _all_reduce(sums)
+        evidence = shard_evidence(_all_gather(seen), settings.val_fraction)
+
+        metrics = {
+            "train/loss": float(sums[3] / max(float(sums[4]), 1.0)),
+            "val/loss": common.finite_or_nan(float(sums[0] / max(float(sums[2]), 1.0))),
+            "val/acc": float(sums[1] / max(float(sums[2]), 1.0)),
+            "epoch": epoch,
+            "opt/lr": optimizer.param_groups[0]["lr"],
+            "sys/torch_threads": torch.get_num_threads(),
+            **watch.metrics(),
+            **evidence,
+            **restored,
+        }
+        restored = {}
+        with common.checkpoint_dir(rank, epoch, every) as d:
+            checkpoint = None
+            if d is not None:
+                common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, "val/acc": metrics["val/acc"],
+                                                           "val/loss": metrics["val/loss"],
+                                                           "trial_id": config.get(common.TRIAL_ID_KEY)})
+                checkpoint = ray.train.Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=checkpoint)
