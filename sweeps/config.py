@@ -422,6 +422,12 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
 
         r.errors += model_name_errors("promote.model_name", model_name)
     sch = r.section("schedule")
+    top_k_ws = r.get("schedule", "warm_start_top_k", "int", default=3)
+    tolerance = r.get("schedule", "regression_tolerance", "num", default=None)
+    if isinstance(top_k_ws, int) and top_k_ws < 0:
+        r.errors.append(f"schedule.warm_start_top_k: must be >= 0, got {top_k_ws}")
+    if tolerance is not None and tolerance < 0:
+        r.errors.append(f"schedule.regression_tolerance: must be >= 0 (or null for no check), got {tolerance}")
     allowed = r.get("security", "allowed_targets", "list", default=[]) or []
     r.errors += security.check_targets(cfg, allowed)
 
@@ -448,8 +454,8 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
         failure=FailureCfg(max_failures, worker_failures),
         report=ReportCfg(rep_enabled, rep_dir, top_k),
         promote=PromoteCfg(pro_enabled, model_name, alias),
-        schedule=ScheduleCfg(sch.get("name"), int(sch.get("warm_start_top_k", 3)),
-                             sch.get("regression_tolerance")),
+        schedule=ScheduleCfg(sch.get("name"), int(top_k_ws if top_k_ws is not None else 3),
+                             float(tolerance) if tolerance is not None else None),
         allowed_targets=tuple(allowed),
         raw=dict(cfg),
     )

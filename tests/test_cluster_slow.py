@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SweepsEnv, wait_for
+
 from sweeps import mlflow_server
 
 pytestmark = pytest.mark.slow

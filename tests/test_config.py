@@ -114,7 +114,8 @@ BAD = [
     (["searcher=optuna", "search_space=digits_grid"], "dist=grid is only for searcher=random|grid"),
     (["promote.model_name=../evil"], "promote.model_name: '../evil' looks like a path"),
     (["checkpoint.num_to_keep=0"], "checkpoint.num_to_keep: must be >= 1"),
-    (["+scheduler.grace_perod=3"], "scheduler.grace_perod: FIFOScheduler takes no argument 'grace_perod'; its arguments: (none)"),
+    (["+scheduler.grace_perod=3"],
+     "scheduler.grace_perod: FIFOScheduler takes no argument 'grace_perod'; its arguments: (none)"),
     (["searcher=optuna", "+searcher.sampler.n_startup=3"], "searcher.sampler.n_startup: TPESampler takes no"),
     (["cluster.mode=k8s"], "cluster.mode: 'k8s' is not allowed; choose one of local, remote"),
 ]

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SweepsEnv, mlflow_client, wait_for
 
 pytestmark = pytest.mark.slow

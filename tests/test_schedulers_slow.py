@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import SweepsEnv
 
 pytestmark = pytest.mark.slow
@@ -32,15 +31,10 @@ def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> No
         rec = _index(env)
         trials = {d.name.split("_")[2] + "_" + d.name.split("_")[3]: d
                   for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir() and d.name.startswith("run_")}
-        exploits = []
-        for tid, d in trials.items():
-            rows = _rows(d)
-            for prev, row in zip(rows, rows[1:], strict=False):
-                src = row.get("restored_from")
-                if src and src != row["trial_id"]:
-                    exploits.append((row, prev))
+        exploits = [row for d in trials.values() for row in _rows(d)
+                    if row.get("restored_from") and row["restored_from"] != row["trial_id"]]
         assert exploits, "PBT never exploited: the bridge did not give Tune checkpoints"
-        for row, prev in exploits:
+        for row in exploits:
             # (b) the recipient resumed from the donor's epoch, not from zero
             assert row["restored_epoch"] >= 2 and row["epoch"] == row["restored_epoch"] + 1
             donor_rows = _rows(trials[row["restored_from"]])

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import SweepsEnv, mlflow_client
 
 pytestmark = pytest.mark.slow

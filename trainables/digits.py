@@ -6,10 +6,7 @@ Reports ``train/loss``, ``val/loss``, ``val/acc``, ``epoch`` and ``opt/lr`` ever
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-from trainables import common
 
 METRICS = ("train/loss", "val/loss", "val/acc", "epoch", "opt/lr")
 NUM_FEATURES = 64
