@@ -31,7 +31,6 @@ from _common import (  # noqa: E402
     REPO,
     experiment_start,
     load_average,
-    median,
     mlflow_trial_runs,
     run_sweeps,
     run_timed,
@@ -70,9 +69,9 @@ def costs(timeline: list[dict[str, Any]]) -> dict[str, list[float]]:
 def sweeps_case(workers: int, a: argparse.Namespace) -> None:
     home = Path(tempfile.mkdtemp(prefix="bench-trial-overhead-"))
     try:
-        wall, rec = run_sweeps(["run", "+experiment=quickstart", "scheduler=fifo", f"sweep.num_samples={a.trials}",
-                                f"trainable.params.epochs={a.epochs}", f"trainable.num_workers={workers}",
-                                "sweep.max_concurrent_trials=1"], home)
+        wall, rec = run_sweeps(["run", "+experiment=quickstart", "scheduler=fifo",
+                                f"sweep.num_samples={a.trials}", f"trainable.params.epochs={a.epochs}",
+                                f"trainable.num_workers={workers}", "sweep.max_concurrent_trials=1"], home)
         exp = rec["experiment_dirs"][0]
         timeline = trial_timeline(exp)
         runs = mlflow_trial_runs(rec)
@@ -80,7 +79,8 @@ def sweeps_case(workers: int, a: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     c = costs(timeline)
-    ml_end = [runs[t["trial_id"]][1] - t["last"] for t in timeline if t["rows"] and runs.get(t["trial_id"], (0, None))[1]]
+    ended = [t for t in timeline if t["rows"] and runs.get(t["trial_id"], (0, None))[1]]
+    ml_end = [runs[t["trial_id"]][1] - t["last"] for t in ended]
     ml_start = [t["start"] - runs[t["trial_id"]][0] for t in timeline if t["trial_id"] in runs]
     print(f"sweeps, {workers} worker(s): process {wall:.1f} s, Tuner.fit {rec['wall_s']:.1f} s; "
           f"Tune start -> first trial start {timeline[0]['start'] - t0:.2f} s; load {load_average()}")
@@ -119,7 +119,6 @@ def main() -> None:
         sweeps_case(w, a)
         if a.handwritten:
             handwritten_case(w, a)
-    _ = median  # re-exported helper, kept for readers who extend this script
 
 
 if __name__ == "__main__":

@@ -126,8 +126,9 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "config"
         raise BadInput(f"{key}: cannot resolve interpolation: {str(exc).splitlines()[0]}") from None
-    assert isinstance(out, dict)
-    return out
+    if not isinstance(out, dict):
+        raise BadInput(f"config: expected a mapping at the top level, got {type(out).__name__}")
+    return {str(k): v for k, v in out.items()}
 
 
 def to_yaml(cfg: Any, resolve: bool = False) -> str:

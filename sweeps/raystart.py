@@ -39,8 +39,8 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     runtime_env: dict[str, Any] = {"env_vars": env}
     if spec.cluster.mode == "local":
         ray.init(
-            num_cpus=num_cpus,
-            num_gpus=spec.cluster.num_gpus,
+            num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs
+            num_gpus=spec.cluster.num_gpus,  # type: ignore[arg-type]
             resources=custom or None,
             runtime_env=runtime_env,
             logging_level=logging.WARNING,

@@ -40,7 +40,7 @@ def _with_storage(spec: SweepSpec, path: str) -> SweepSpec:
 
 
 def _reopen_parent(c: Any, rec: store.SweepRecord) -> None:
-    if rec.parent_run_id is None:
+    if not rec.parent_run_id:
         return
     c.update_run(rec.parent_run_id, status="RUNNING")
     c.set_tag(rec.parent_run_id, tracking.TAG_DRIVER, tracking.driver_id())
@@ -74,7 +74,10 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
         # The pickled run config holds the old callback objects; track with a fresh one (same parent run).
-        tuner._local_tuner.get_run_config().callbacks = [tracker]  # noqa: SLF001 - no public setter
+        internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
+        if internal is None:
+            raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
+        internal.get_run_config().callbacks = [tracker]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
 

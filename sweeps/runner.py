@@ -112,9 +112,9 @@ def check_storage(spec: SweepSpec) -> None:
     folder = Path(path.removeprefix("file://"))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".sweeps-probe-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        probe_file = folder / f".sweeps-probe-{os.getpid()}"
+        probe_file.write_text("ok")
+        probe_file.unlink()
     except OSError as exc:
         raise BadInput(f"storage.path: cannot write to {folder} ({exc.strerror}); choose a writable folder "
                        f"with storage.path=...") from None

@@ -28,8 +28,8 @@ class SweepRecord:
     storage_path: str
     experiment_dirs: list[str]
     tracking_uri: str
-    mlflow_experiment_id: str | None = None
-    parent_run_id: str | None = None
+    mlflow_experiment_id: str = ""
+    parent_run_id: str = ""
     overrides: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # redacted composed config
     digest: str = ""

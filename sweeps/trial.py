@@ -117,7 +117,8 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
             name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
             storage_path=setup.train_dir,
             callbacks=[_bridge_callback(queue)],
-            failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,
+            # A finite controller_failure_limit: the default (-1) retries worker start-up forever (RAY_NOTES §7).
+            failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
                                                    controller_failure_limit=3),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
         ),
@@ -152,7 +153,7 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         break
     thread.join()
     try:
-        ray.kill(queue.actor)
+        ray.kill(queue.actor)  # type: ignore[arg-type]
     except Exception:  # best effort: the actor dies with the trial anyway
         pass
     if "error" in outcome:
