@@ -488,7 +488,7 @@ def list_models(uri: str, name: str | None = None) -> list[dict[str, str]]:
             raise BadInput(f"NAME: no registered model {name!r}: there is no MLflow store at "
                            f"{uri[len('sqlite:///'):]} yet")
         return []
-    tracking.probe(uri)
+    tracking.probe(uri, key="--tracking-uri")
     c = tracking.client(uri)
     if name is not None:
         names = sorted(m.name for m in _registered(c))

@@ -109,7 +109,10 @@ def load(sweep_id: str) -> SweepRecord:
         known = ", ".join(r.sweep_id for r in records[-5:]) or "(none)"
         raise BadInput(f"SWEEP_ID: no sweep {sweep_id!r} under {paths.index_dir()}; recent: {known} "
                        f"(see `python -m sweeps list`)")
-    return SweepRecord(**json.loads(p.read_text()))
+    try:
+        return SweepRecord(**json.loads(p.read_text()))
+    except (ValueError, TypeError) as exc:
+        raise BadInput(f"SWEEP_ID: the index record {p} is unreadable ({exc}); move it away") from None
 
 
 def latest_for(experiment: str, schedule: str | None = None, before: str | None = None) -> SweepRecord | None:

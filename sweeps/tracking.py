@@ -49,7 +49,7 @@ def configure_client_env(uri: str) -> None:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 
 
-def probe(uri: str, timeout_s: float = 5.0) -> None:
+def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
     """Fail fast (seconds) on a malformed or unreachable tracking URI.
 
     Raises:
@@ -60,23 +60,23 @@ def probe(uri: str, timeout_s: float = 5.0) -> None:
         import urllib.request as urlrequest
 
         if not parsed.hostname:
-            raise BadInput(f"tracking.uri: {uri!r} has no host; use http://HOST:PORT")
+            raise BadInput(f"{key}: {uri!r} has no host; use http://HOST:PORT")
         url = uri.rstrip("/") + "/health"
         try:
             with urlrequest.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked)
                 if resp.status >= 500:
-                    raise BadInput(f"tracking.uri: the MLflow server at {uri} answered {resp.status}")
+                    raise BadInput(f"{key}: the MLflow server at {uri} answered {resp.status}")
         except BadInput:
             raise
         except Exception as exc:
-            raise BadInput(f"tracking.uri: no MLflow server answers at {uri} within {timeout_s:g}s ({exc}); "
-                           f"start one (`mlflow server --host 127.0.0.1 --port PORT`) or drop tracking.uri "
+            raise BadInput(f"{key}: no MLflow server answers at {uri} within {timeout_s:g}s ({exc}); "
+                           f"start one (`mlflow server --host 127.0.0.1 --port PORT`) or drop {key} "
                            f"to use the embedded SQLite store") from None
     elif parsed.scheme == "sqlite":
         path = uri[len("sqlite:///"):]
         folder = Path(path).parent if path else None
         if folder is not None and folder.exists() and not os.access(folder, os.W_OK):
-            raise BadInput(f"tracking.uri: cannot write the SQLite store's folder {folder}")
+            raise BadInput(f"{key}: cannot write the SQLite store's folder {folder}")
 
 
 def artifact_root(uri: str) -> str | None:

@@ -80,7 +80,7 @@ def test_ctrl_c_leaves_no_running_run_then_resume_finishes(tmp_path: Path) -> No
     env = SweepsEnv(tmp_path)
     try:
         proc = env.popen("run", *BASE, "sweep.num_samples=2", "trainable.params.epochs=8")
-        wait_for(lambda: _progress(env, 2), 240, what="two reported epochs")
+        wait_for(lambda: _progress(env, 2), 480, what="two reported epochs")
         os.kill(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 130, out[-3000:]
@@ -101,7 +101,7 @@ def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
     try:
         proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
                          "sweep.num_samples=3", "trainable.params.epochs=6")
-        wait_for(lambda: _progress(env, 2), 240, what="two reported epochs")
+        wait_for(lambda: _progress(env, 2), 480, what="two reported epochs")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
         proc.wait(timeout=30)
         env.kill_ray()
@@ -141,7 +141,7 @@ def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
         proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
                          "search_space.lr={dist: choice, values: [0.03]}", "trainable.params.epochs=10",
                          "failure.worker_max_failures=2")
-        wait_for(lambda: _progress(env, 3), 240, what="three reported epochs")
+        wait_for(lambda: _progress(env, 3), 480, what="three reported epochs")
         pids = wait_for(lambda: _train_worker_pids(env), 30, what="Train worker processes")
         os.kill(pids[-1], signal.SIGKILL)
         t_kill = time.monotonic()
