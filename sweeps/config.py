@@ -391,7 +391,7 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     num_gpus = r.get("cluster", "num_gpus", "num", default=None)
     driver_cpus = r.get("cluster", "driver_cpus", "num", default=1)
     hc = r.get("cluster", "health_check_interval_s", "num", default=0.1)
-    wst = r.get("cluster", "worker_start_timeout_s", "num", default=60)
+    wst = r.get("cluster", "worker_start_timeout_s", "num", default=120)
     to_driver = r.get("cluster", "log_to_driver", "bool", default=False)
     driver_res = r.get("cluster", "driver_resources", "map", default={}) or {}
     for res, amount in dict(driver_res).items():

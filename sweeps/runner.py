@@ -71,13 +71,20 @@ def dry_run(spec: SweepSpec) -> str:
 
 
 def _git() -> dict[str, str]:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=5)
-        if sha.returncode == 0:
+    """The commit of the project the sweep ran from: the cwd's repo, else the one holding the sweeps package."""
+    from sweeps import paths
+
+    for folder in (Path.cwd(), paths.PACKAGE_ROOT):
+        try:
+            sha = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5)
+            if sha.returncode != 0:
+                continue
+            dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"], capture_output=True,
+                                   text=True, timeout=5)
             return {"git_commit": sha.stdout.strip(), "git_dirty": str(bool(dirty.stdout.strip())).lower()}
-    except (OSError, subprocess.SubprocessError):
-        pass
+        except (OSError, subprocess.SubprocessError):
+            continue
     return {"git_commit": "unknown", "git_dirty": "unknown"}
 
 

@@ -57,6 +57,7 @@ def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
     """
     parsed = urllib.parse.urlparse(uri)
     if parsed.scheme in ("http", "https"):
+        import urllib.error as urlerror
         import urllib.request as urlrequest
 
         if not parsed.hostname:
@@ -68,6 +69,13 @@ def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
                     raise BadInput(f"{key}: the MLflow server at {uri} answered {resp.status}")
         except BadInput:
             raise
+        except urlerror.HTTPError as exc:
+            if exc.code >= 500:
+                raise BadInput(f"{key}: the MLflow server at {uri} answered {exc.code}") from None
+            if exc.code in (401, 403):
+                raise BadInput(f"{key}: {uri} refused the request ({exc.code}); set MLFLOW_TRACKING_USERNAME/"
+                               f"MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN") from None
+            # another 4xx: something answers; MLflow's first call will say more
         except Exception as exc:
             raise BadInput(f"{key}: no MLflow server answers at {uri} within {timeout_s:g}s ({exc}); "
                            f"start one (`mlflow server --host 127.0.0.1 --port PORT`) or drop {key} "

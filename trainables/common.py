@@ -142,3 +142,37 @@ class Stopwatch:
 
 def finite_or_nan(x: float) -> float:
     return x if math.isfinite(x) else float("nan")
+
+
+def knob_errors(config: dict[str, Any]) -> list[str]:
+    """Problems with the shared training knobs in ``config``, each naming its key; empty when all is well.
+
+    Checked: ``lr`` (finite, > 0), ``scale_lr`` (true/false: a string such as "false" would be truthy),
+    ``grad_accum_steps`` (integer >= 1), ``torch_threads`` (integer >= 1, or unset/0 = the worker's CPUs).
+    """
+    errors: list[str] = []
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    lr = config.get("lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr)
+                           or lr <= 0):
+        errors.append(f"lr: must be a finite number > 0, got {lr!r}")
+    scale = config.get("scale_lr", False)
+    if not isinstance(scale, bool):
+        errors.append(f"scale_lr: must be true or false, got {scale!r}")
+    accum = config.get("grad_accum_steps", 1)
+    if not is_int(accum) or accum < 1:
+        errors.append(f"grad_accum_steps: must be an integer >= 1, got {accum!r}")
+    threads = config.get("torch_threads")
+    if threads is not None and (not is_int(threads) or threads < 0):
+        errors.append(f"torch_threads: must be an integer >= 1 (or 0/unset: the worker's CPUs), got {threads!r}")
+    return errors
+
+
+def check_knobs(config: dict[str, Any]) -> None:
+    """Raise ValueError listing every :func:`knob_errors` problem (call it first in a ``train_loop``)."""
+    errors = knob_errors(config)
+    if errors:
+        raise ValueError("; ".join(errors))

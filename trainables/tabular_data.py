@@ -12,10 +12,15 @@ Data is declared in config (``trainable.params.data``)::
       num_classes: 3
       example: wine         # a missing *local* file is generated from this bundled scikit-learn dataset
 
-The trial's driver calls :func:`build_datasets` (``trainable.datasets``); Ray Train splits both datasets
-across the workers (``streaming_split(equal=True)``), and :func:`train_loop` iterates its shard with
-``iter_torch_batches(prefetch_batches=...)``. The model standardizes its inputs with train-split statistics
-held in buffers, so a promoted model takes raw feature rows.
+The trial's driver calls :func:`build_datasets` (``trainable.datasets``); Ray Train splits the train dataset
+across the workers (``streaming_split(equal=True)``: equal shards, so up to ``world - 1`` rows may sit out an
+epoch), and :func:`train_loop` iterates its shard with ``iter_torch_batches(prefetch_batches=...)``. The small
+validation split is read with pyarrow by :func:`validation_data` (each rank scores a slice; promotion scores
+all of it). The model standardizes its inputs itself (a batch norm without affine terms), so a promoted model
+takes raw feature rows.
+
+Ray Data's read tasks need CPUs that no trial holds: give the local cluster spare logical CPUs
+(``cluster.num_cpus``, see ``conf/experiment/wine_data.yaml``), or the first epoch waits for them forever.
 
 Reports ``train/loss``, ``val/loss``, ``val/acc``, ``epoch``, ``opt/lr``, ``time/data_s``, ``time/compute_s``,
 ``time/data_frac`` and shard evidence gathered from every rank: ``data/rows_seen`` (rank 0's rows this
@@ -25,6 +30,7 @@ epoch), ``data/rank0_id_sum``, ``data/rows_total`` (all ranks), ``data/rows_uniq
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
@@ -198,36 +204,37 @@ def _to_xy(batch: dict[str, Any], features: list[str], label: str, id_column: st
 
 
 def build_datasets(config: dict[str, Any]) -> dict[str, Any]:
-    """Called in the trial's driver: ``{"train": Dataset, "val": Dataset}`` read lazily from the file."""
+    """Called in the trial's driver: ``{"train": Dataset}``, the train split read lazily from the file.
+
+    The validation split is small and read by :func:`validation_data` (on each worker, and by promotion).
+    """
     import ray.data
 
+    quiet = ray.data.DataContext.get_current()  # the datasets below copy this context
+    quiet.enable_progress_bars = False
+    quiet.print_on_execution_start = False
     settings = data_settings(config)
     path = ensure_data(settings)
     features = feature_columns(settings)
     read = ray.data.read_parquet if settings.format == "parquet" else ray.data.read_csv
-    out = {}
-    for name, want_val in (("train", False), ("val", True)):
-        ds = read(path)
-        out[name] = ds.map_batches(
-            _to_xy, batch_format="numpy",
-            fn_kwargs={"features": features, "label": settings.label, "id_column": settings.id_column,
-                       "val_fraction": settings.val_fraction, "want_val": want_val},
-        )
-    return out
+    to_xy = functools.partial(_to_xy, features=features, label=settings.label, id_column=settings.id_column,
+                              val_fraction=settings.val_fraction, want_val=False)
+    ds = read(path).map_batches(to_xy, batch_format="numpy")
+    return {"train": ds}
 
 
 # -- model --------------------------------------------------------------------------------------------------
 def _mlp_class() -> Any:
-    import torch
     from torch import nn
 
     class TabularMLP(nn.Module):
-        """Standardize (train-split mean/std held in buffers, so they travel with the checkpoint) -> MLP."""
+        """Standardize -> MLP. The input norm's running mean/var are buffers: they travel with the checkpoint,
+        so a promoted model takes raw feature rows."""
 
         def __init__(self, num_features: int, num_classes: int, hidden: int, depth: int, dropout: float):
             super().__init__()
-            self.register_buffer("mean", torch.zeros(num_features))
-            self.register_buffer("std", torch.ones(num_features))
+            # momentum=None: the running stats are the plain average over every training batch seen
+            self.norm = nn.BatchNorm1d(num_features, affine=False, momentum=None)
             layers: list[nn.Module] = []
             width = num_features
             for _ in range(depth):
@@ -237,8 +244,7 @@ def _mlp_class() -> Any:
             self.net = nn.Sequential(*layers)
 
         def forward(self, x: Any) -> Any:
-            x = (x.float() - self.mean) / self.std  # (B, F)
-            return self.net(x)  # (B, C) logits
+            return self.net(self.norm(x.float()))  # (B, F) -> (B, C) logits
 
     return TabularMLP
 
@@ -272,24 +278,6 @@ def validation_data(config: dict[str, Any] | None = None) -> tuple[Any, Any]:
 
 
 # -- the loop -----------------------------------------------------------------------------------------------
-def _feature_stats(shard: Any, batch_size: int, num_features: int) -> tuple[Any, Any]:
-    """Train-split mean/std over *all* shards: each worker sums its own rows, then one all-reduce."""
-    import torch
-
-    sums = torch.zeros(2 * num_features + 1, dtype=torch.float64)  # [sum x, sum x^2, count]
-    for batch in shard.iter_torch_batches(batch_size=batch_size):
-        x = batch["x"].double()  # (B, F)
-        sums[:num_features] += x.sum(0)
-        sums[num_features:-1] += (x * x).sum(0)
-        sums[-1] += x.shape[0]
-    sums = _all_reduce(sums)
-    n = max(float(sums[-1]), 1.0)
-    mean = sums[:num_features] / n
-    std = (sums[num_features:-1] / n - mean * mean).clamp_min(0).sqrt()
-    std[std < 1e-8] = 1.0  # constant columns stay 0, not inf
-    return mean.float(), std.float()
-
-
 def _all_reduce(t: Any) -> Any:
     import torch.distributed as dist
 
@@ -326,22 +314,26 @@ def shard_evidence(ids_per_rank: list[list[int]], val_fraction: float) -> dict[s
 
 
 def train_loop(config: dict[str, Any]) -> None:
-    """Runs on every Train worker: iterate this worker's shard of ``train``, evaluate on its shard of ``val``."""
+    """Runs on every Train worker: iterate this worker's shard of ``train``; evaluate on a slice of the val split."""
     import ray.train
     import ray.train.torch
     import torch
 
+    common.check_knobs(config)
     common.set_threads(config)
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(int(config.get("seed", 0)))  # same init on every rank (DDP broadcasts rank 0's anyway)
 
     settings = data_settings(config)
-    train_shard = ray.train.get_dataset_shard("train")
-    val_shard = ray.train.get_dataset_shard("val")
+    train_shard = ray.train.get_dataset_shard("train")  # this worker's share of the streaming split
     batch_size = int(config.get("batch_size", 32))
     prefetch = int(config.get("prefetch_batches", 1))
     shuffle_buffer = int(config.get("shuffle_buffer", 0)) or None
+    # The validation split is small: each rank reads it once (the same reader promotion uses) and scores
+    # every world-th row; an all-reduce sums the parts. One Ray Data execution per epoch, not two.
+    x_va, y_va = validation_data(config)
+    x_va, y_va = x_va[rank::world], y_va[rank::world]  # (N_val / world, F), (N_val / world,)
 
     model = build_model(config)
     lr = common.effective_lr(config, world)
@@ -355,17 +347,14 @@ def train_loop(config: dict[str, Any]) -> None:
     if ckpt is not None:
         with ckpt.as_directory() as d:
             model_state, optim_state, meta = common.load_checkpoint(d)
-        model.load_state_dict(model_state)  # includes the mean/std buffers
+        model.load_state_dict(model_state)  # includes the input norm's running statistics
         optimizer.load_state_dict(optim_state)
         start_epoch = int(meta["epoch"]) + 1
         restored = {"restored_from": str(meta.get("trial_id", "")), "restored_epoch": int(meta["epoch"])}
-    else:
-        mean, std = _feature_stats(train_shard, batch_size, model.mean.numel())
-        model.mean.copy_(mean)
-        model.std.copy_(std)
     common.apply_hparams(optimizer, lr, weight_decay)  # the trial's (possibly PBT-mutated) values win
     model = ray.train.torch.prepare_model(model)
     device = ray.train.torch.get_device()
+    x_va, y_va = x_va.to(device), y_va.to(device)
 
     epochs = int(config.get("epochs", 10))
     every = int(config.get("checkpoint_every", 1))
@@ -377,39 +366,42 @@ def train_loop(config: dict[str, Any]) -> None:
             batch_size=batch_size, prefetch_batches=prefetch, device=device,
             local_shuffle_buffer_size=shuffle_buffer, local_shuffle_seed=epoch if shuffle_buffer else None,
         )
-        for step, batch in enumerate(batches):
+        step = -1
+        for batch in batches:
             watch.data_done()
             xb, yb = batch["x"], batch["y"]  # (B, F) float32, (B,) int64
-            loss = loss_fn(model(xb), yb) / accum
+            seen += batch["row_id"].tolist()
+            if len(yb) < 2:  # batch norm needs 2 rows; equal shards make every rank skip the same batch
+                watch.compute_done()
+                continue
+            step += 1
+            loss = loss_fn(model(xb), yb) / accum  # (B, C) logits vs (B,) labels
             loss.backward()
             if (step + 1) % accum == 0:
                 optimizer.step()
                 optimizer.zero_grad()
             total += float(loss.detach()) * accum * len(yb)
             count += len(yb)
-            seen += batch["row_id"].tolist()
             watch.compute_done()
         optimizer.step()  # flush a partial accumulation window
         optimizer.zero_grad()
 
         model.eval()
-        sums = torch.zeros(5, dtype=torch.float64)  # [val loss sum, correct, val rows, train loss sum, rows]
         with torch.no_grad():
-            for batch in val_shard.iter_torch_batches(batch_size=256, device=device):
-                out = model(batch["x"])  # (B, C)
-                sums[0] += float(loss_fn(out, batch["y"])) * len(batch["y"])
-                sums[1] += float((out.argmax(1) == batch["y"]).sum())
-                sums[2] += len(batch["y"])
-        sums[3], sums[4] = total, count
-        sums = _all_reduce(sums)
+            out = model(x_va)  # (N, C)
+            sums = torch.tensor([float(loss_fn(out, y_va)) * len(y_va), float((out.argmax(1) == y_va).sum()),
+                                 len(y_va), total, count], dtype=torch.float64)
+        sums = _all_reduce(sums)  # [val loss sum, correct, val rows, train loss sum, train rows] over ranks
         evidence = shard_evidence(_all_gather(seen), settings.val_fraction)
 
         metrics = {
             "train/loss": float(sums[3] / max(float(sums[4]), 1.0)),
-            "val/loss": common.finite_or_nan(float(sums[0] / max(float(sums[2]), 1.0))),
+            "val/loss": float(sums[0] / max(float(sums[2]), 1.0)),
             "val/acc": float(sums[1] / max(float(sums[2]), 1.0)),
             "epoch": epoch,
             "opt/lr": optimizer.param_groups[0]["lr"],
+            "opt/grad_accum_steps": accum,
+            "sys/world_size": world,
             "sys/torch_threads": torch.get_num_threads(),
             **watch.metrics(),
             **evidence,
@@ -419,8 +411,8 @@ def train_loop(config: dict[str, Any]) -> None:
         with common.checkpoint_dir(rank, epoch, every) as d:
             checkpoint = None
             if d is not None:
-                common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, "val/acc": metrics["val/acc"],
-                                                           "val/loss": metrics["val/loss"],
-                                                           "trial_id": config.get(common.TRIAL_ID_KEY)})
+                meta = {"epoch": epoch, "lr": lr, "val/acc": metrics["val/acc"], "val/loss": metrics["val/loss"],
+                        "trial_id": config.get(common.TRIAL_ID_KEY)}
+                common.save_checkpoint(d, model, optimizer, meta)
                 checkpoint = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=checkpoint)
