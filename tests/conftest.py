@@ -26,10 +26,33 @@ FAST = [
 ]
 
 
+def _template_store() -> Path:
+    """An empty, migrated MLflow SQLite store, made once per machine and MLflow version.
+
+    A fresh store costs several CPU-seconds of schema migrations; copying a template saves that per test.
+    """
+    import filelock
+    import mlflow
+
+    path = Path(tempfile.gettempdir()) / f"sweeps-test-mlflow-{mlflow.__version__}.db"
+    with filelock.FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            tmp = path.with_suffix(".tmp.db")
+            tmp.unlink(missing_ok=True)
+            subprocess.run([sys.executable, "-c", "import sys; from mlflow.tracking import MlflowClient; "
+                            "MlflowClient(f'sqlite:///{sys.argv[1]}').search_experiments()", str(tmp)],
+                           check=True, capture_output=True)
+            tmp.replace(path)
+    return path
+
+
 class SweepsEnv:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, seed_store: bool = True) -> None:
         self.root = root
         self.home = root / "home"
+        if seed_store:
+            self.home.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(_template_store(), self.home / "mlflow.db")
         self.ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # unix sockets need short paths
         self.user_home = root / "user"
         self.user_home.mkdir(parents=True, exist_ok=True)
@@ -75,7 +98,7 @@ class SweepsEnv:
 
 @pytest.fixture
 def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SweepsEnv]:
-    env = SweepsEnv(tmp_path)
+    env = SweepsEnv(tmp_path, seed_store=False)
     for key in ("SWEEPS_HOME", "SWEEPS_CONF_DIR", "RAY_TMPDIR", "HOME"):
         monkeypatch.setenv(key, env.env[key])
     monkeypatch.chdir(tmp_path)

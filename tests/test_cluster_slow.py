@@ -30,7 +30,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
         monkeypatch.setenv(k, env.env[k])
     c = Cluster(initialize_head=True, connect=False,
                 head_node_args={"num_cpus": 2, "resources": {"driver_slot": 2},
-                                "include_dashboard": True, "_temp_dir": str(env.ray_tmp)})
+                                "include_dashboard": True, "temp_dir": str(env.ray_tmp)})
     workers = [c.add_node(num_cpus=2, resources={"worker_slot": 2}) for _ in range(3)]
     c.wait_for_nodes()
     yield env, c, workers
@@ -86,7 +86,7 @@ def test_sweep_spreads_over_nodes_and_survives_losing_one(cluster, tmp_path: Pat
 
 
 def test_remote_cluster_refuses_local_store(tmp_path: Path) -> None:
-    env = SweepsEnv(tmp_path)
+    env = SweepsEnv(tmp_path, seed_store=False)
     proc = env.run("run", "+experiment=quickstart", "cluster=remote", "cluster.address=127.0.0.1:1")
     assert proc.returncode == 2
     assert "tracking.uri" in proc.stderr and "local store" in proc.stderr

@@ -112,6 +112,7 @@ def test_blocks_and_validation_data_are_shifted_pairs() -> None:
     x, y = charlm.validation_data({"block_size": 32, "val_chars": 1000})
     assert tuple(x.shape) == tuple(y.shape) == (31, 31)
     assert (x[:, 1:] == y[:, :-1]).all(), "position t's target is the character at t+1"
+    assert x.is_contiguous() and y.is_contiguous(), "torch.export (promotion) guards on the example's strides"
     with pytest.raises(ValueError, match="less than one block"):
         charlm.blocks("short", 64)
 

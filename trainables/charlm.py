@@ -134,7 +134,8 @@ def blocks(text: str, block_size: int) -> Any:
 def validation_data(config: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """Held-out ``(input_ids (N, T-1), next_ids (N, T-1))``: position t of a row predicts ``next_ids[:, t]``."""
     rows = blocks(corpus("val", int(_setting(config, "val_chars"))), int(_setting(config, "block_size")))
-    return rows[:, :-1], rows[:, 1:]
+    # contiguous copies: promotion exports the model with torch.export, which guards on the example's strides
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 # -- model --------------------------------------------------------------------------------------------------
