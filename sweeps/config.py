@@ -337,6 +337,10 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     strategy = r.get("trainable", "placement_strategy", "str", default="PACK", choices=PLACEMENT)
     every = r.get("trainable", "checkpoint_every", "int", default=1)
     params = r.get("trainable", "params", "map", default={}) or {}
+    if isinstance(params, Mapping):
+        from trainables.common import knob_errors
+
+        r.errors += [f"trainable.params.{e}" for e in knob_errors(dict(params))]
     if isinstance(workers, int) and workers < 1:
         r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
     for res, amount in dict(rpw).items():

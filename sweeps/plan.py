@@ -34,11 +34,13 @@ class Plan:
     max_epochs: int | None
     resources: Resources
     num_cpus_to_start: float | None  # local mode: logical CPUs for ray.init
+    data_cpus: float = 0.0
 
     def describe(self) -> str:
         total = "unbounded (until the time budget)" if self.total_trials is None else str(self.total_trials)
         lines = [
-            f"per trial      : {_fmt(self.per_trial)} (driver + workers x {_fmt(self.worker_bundle)})",
+            f"per trial      : {_fmt(self.per_trial)} (driver + workers x {_fmt(self.worker_bundle)}"
+            f"{' + Ray Data tasks' if self.data_cpus else ''})",
             f"cluster        : {_fmt(self.resources.total)} over {len(self.resources.nodes) or 1} node(s)",
             f"concurrent     : {self.concurrent_trials} trial(s) at a time",
             f"total trials   : {total}",
@@ -69,6 +71,9 @@ def per_trial(spec: SweepSpec) -> dict[str, float]:
     need["CPU"] = need.get("CPU", 0.0) + spec.cluster.driver_cpus
     for k, v in spec.cluster.driver_resources.items():
         need[k] = need.get(k, 0.0) + v
+    if spec.trainable.datasets:
+        # Ray Data's read/split tasks need a CPU outside the workers' reservation, or the first epoch hangs.
+        need["CPU"] += 1.0
     return need
 
 
@@ -153,7 +158,7 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
     return Plan(
         per_trial=need, worker_bundle=bundle, concurrent_trials=max(1, conc), total_trials=total_t,
         max_epochs=int(epochs) if isinstance(epochs, int) else None, resources=res,
-        num_cpus_to_start=res.total["CPU"] if local else None,
+        num_cpus_to_start=res.total["CPU"] if local else None, data_cpus=1.0 if spec.trainable.datasets else 0.0,
     )
 
 

@@ -137,8 +137,9 @@ def score(outputs: Any, labels: Any) -> dict[str, float]:
     import numpy as np
 
     out, y = np.asarray(outputs), np.asarray(labels)
-    if out.ndim == 2 and out.shape[1] > 1 and np.issubdtype(y.dtype, np.integer):
-        return {"accuracy": float((out.argmax(axis=1) == y).mean())}
+    # (N, C) logits vs (N,) labels, or per-position (N, T, V) logits vs (N, T) token ids (a language model)
+    if out.ndim == y.ndim + 1 and out.shape[-1] > 1 and np.issubdtype(y.dtype, np.integer):
+        return {"accuracy": float((out.argmax(axis=-1) == y).mean())}
     err = out.reshape(len(y)).astype(np.float64) - y.astype(np.float64)
     return {"rmse": float(np.sqrt(np.mean(err ** 2)))}
 
@@ -225,14 +226,18 @@ def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
     except (ImportError, AttributeError) as exc:
         raise BadInput(f"trainable.builder: cannot import {builder!r} and {module}.validation_data() "
                        f"({exc}); a trainable exposes both for promotion") from None
-    model = build({**params, **trial.params})
+    config = {**params, **trial.params}
+    model = build(config)
     try:
         state, _, _ = load_checkpoint(checkpoint)
         model.load_state_dict(state)
     except Exception as exc:  # truncated file, foreign pickle (weights_only refuses it), shape mismatch
         raise BadInput(f"checkpoint: {checkpoint} cannot be loaded into {builder}'s model ({exc})") from None
     model.eval()
-    x_val, y_val = validation_data()
+    import inspect
+
+    # validation_data(config) when the trainable takes its settings (e.g. a data path), else validation_data()
+    x_val, y_val = validation_data(config) if inspect.signature(validation_data).parameters else validation_data()
     return model, x_val, y_val
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps import compose, config, plan, store, summary, tracking
+from sweeps import compose, config, paths, plan, store, summary, tracking
 from sweeps.config import SweepSpec
 from sweeps.errors import BadInput
 
@@ -248,6 +248,8 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     check_storage(spec)
     c = tracking.client(spec.tracking.uri)
     tracking.close_stale_runs(c)
+    # Ray's processes (and trainables that keep data under $SWEEPS_HOME) must see the same state folder.
+    os.environ["SWEEPS_HOME"] = str(paths.home())
     builtin = ("CPU", "GPU", "memory", "object_store_memory")
     custom = {k: v for k, v in pre.resources.total.items() if k not in builtin} if pre else None
     raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
