@@ -28,6 +28,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     env = SweepsEnv(tmp_path)
     for k in ("HOME", "RAY_TMPDIR"):
         monkeypatch.setenv(k, env.env[k])
+    (env.ray_tmp / "ray").mkdir(parents=True, exist_ok=True)
     c = Cluster(initialize_head=True, connect=False,
                 head_node_args={"num_cpus": 2, "resources": {"driver_slot": 2},
                                 "include_dashboard": True, "temp_dir": str(env.ray_tmp)})
