@@ -31,7 +31,8 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     (env.ray_tmp / "ray").mkdir(parents=True, exist_ok=True)
     c = Cluster(initialize_head=True, connect=False,
                 head_node_args={"num_cpus": 2, "resources": {"driver_slot": 2},
-                                "include_dashboard": True, "temp_dir": str(env.ray_tmp)})
+                                "include_dashboard": True, "temp_dir": str(env.ray_tmp),
+                                "dashboard_port": mlflow_server.free_port()})
     workers = [c.add_node(num_cpus=2, resources={"worker_slot": 2}) for _ in range(3)]
     c.wait_for_nodes()
     yield env, c, workers
