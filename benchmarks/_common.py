@@ -105,19 +105,25 @@ def kill_leftovers(marker: str) -> int:
     return killed
 
 
+LAST_RUN: dict[str, Any] = {}  # "others": the ForeignLoad of the latest run_timed call
+
+
 def run_timed(cmd: list[str], cwd: Path, env_extra: dict[str, str] | None = None,
               timeout: float = 3600) -> tuple[float, subprocess.CompletedProcess[str]]:
     """Run ``cmd`` with a private RAY_TMPDIR; returns (wall seconds from spawn to exit, the process).
 
-    Raises SystemExit with the tail of stderr when it fails.
+    Raises SystemExit with the tail of stderr when it fails. ``LAST_RUN["others"]`` then says how much CPU
+    other processes (other people's sweeps and tests) took meanwhile: the figure is clean only near 0%.
     """
     ray_tmp = tempfile.mkdtemp(prefix="rb", dir="/tmp")
     env = {**os.environ, "SWEEPS_CONF_DIR": str(REPO / "conf"), "RAY_TMPDIR": ray_tmp, **(env_extra or {})}
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        with ForeignLoad() as others:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     finally:
         wall = time.perf_counter() - t0
+        LAST_RUN["others"] = others
         kill_leftovers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if proc.returncode != 0:
@@ -176,3 +182,77 @@ def mlflow_trial_runs(rec: dict[str, Any]) -> dict[str, tuple[float, float | Non
     runs = c.search_runs([rec["mlflow_experiment_id"]], filter_string=parent, max_results=5000)
     return {r.data.tags.get("sweeps.trial_id", r.info.run_id): (r.info.start_time / 1000,
             r.info.end_time / 1000 if r.info.end_time else None) for r in runs}
+
+
+class ForeignLoad:
+    """Context manager: CPU seconds used by processes *outside* this process's tree while it is open.
+
+    Samples ``/proc/*/stat`` every ``period_s``; a process is ours when this process is among its ancestors
+    (Ray's raylet, workers and trial actors descend from the driver we spawned). ``share`` is the foreign
+    CPU time over the machine's capacity (cores x seconds): near 0 means the figures are clean.
+    """
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        import threading
+
+        self.period_s = period_s
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _snapshot(self) -> dict[int, tuple[int, float]]:
+        out = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[int(proc.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self._tick)
+        return out
+
+    def _foreign(self, snap: dict[int, tuple[int, float]]) -> dict[int, float]:
+        me, out = os.getpid(), {}
+        for pid, (ppid, cpu) in snap.items():
+            p, seen = ppid, 0
+            while p not in (0, 1, me) and p in snap and seen < 64:
+                p, seen = snap[p][0], seen + 1
+            if p != me and pid != me:
+                out[pid] = cpu
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._record(self._foreign(self._snapshot()))
+
+    def _record(self, cpu: dict[int, float]) -> None:
+        for pid, c in cpu.items():
+            self._first.setdefault(pid, c if self._started else 0.0)
+            self._last[pid] = c
+
+    def __enter__(self) -> ForeignLoad:
+        self._t0 = time.perf_counter()
+        self._started = True
+        self._record(self._foreign(self._snapshot()))
+        self._started = False  # processes first seen later started during the window: count from 0
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._record(self._foreign(self._snapshot()))
+        self.wall_s = time.perf_counter() - self._t0
+        self.cpu_s = sum(self._last[p] - self._first[p] for p in self._last)
+
+    @property
+    def share(self) -> float:
+        return self.cpu_s / max(self.wall_s * (os.cpu_count() or 1), 1e-9)
+
+    def __str__(self) -> str:
+        return f"others {self.cpu_s:.0f} CPU-s ({self.share:.0%} of the machine)"

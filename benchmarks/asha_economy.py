@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_average, run_sweeps, trial_rows  # noqa: E402
+from _common import LAST_RUN, load_average, run_sweeps, trial_rows  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,7 +41,7 @@ def sweep(scheduler: str, seed: int, a: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(home, ignore_errors=True)
     bests = {tid: max(r["val/acc"] for r in v) for tid, v in rows.items() if v}
     return {"wall": wall, "fit": rec["wall_s"], "best": max(bests.values()), "epochs": sum(map(len, rows.values())),
-            "stopped": rec["counts"].get("early_stopped", 0), "per_trial": bests}
+            "stopped": rec["counts"].get("early_stopped", 0), "per_trial": bests, "others": str(LAST_RUN["others"])}
 
 
 def main() -> None:
@@ -52,7 +52,8 @@ def main() -> None:
         asha = sweep("asha", seed, a)
         for name, r in (("random (fifo)", fifo), ("asha", asha)):
             print(f"  seed {seed} {name:<13}: best val/acc {r['best']:.4f}, epochs {r['epochs']:3d}, "
-                  f"early-stopped {r['stopped']:2d}, Tuner.fit {r['fit']:.1f} s, process {r['wall']:.1f} s")
+                  f"early-stopped {r['stopped']:2d}, Tuner.fit {r['fit']:.1f} s, process {r['wall']:.1f} s; "
+                  f"{r['others']}")
         acc, ep = asha["best"] / fifo["best"], asha["epochs"] / fifo["epochs"]
         print(f"  seed {seed}: ASHA best / random best = {acc:.2%} "
               f"(goal >= 99%: {'met' if acc >= 0.99 else 'MISSED'}); "

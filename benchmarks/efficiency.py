@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_average, median, run_sweeps, trial_rows  # noqa: E402
+from _common import LAST_RUN, load_average, median, run_sweeps, trial_rows  # noqa: E402
 
 TIMED_KEYS = ("hidden_size", "num_layers", "batch_size")  # what changes an epoch's cost (lr, wd do not)
 
@@ -112,7 +112,8 @@ def evaluate(case: str, a: argparse.Namespace, fixed: dict[str, Any]) -> None:
         rows = trial_rows(rec)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    print(f"[{case}] load after the sweep: {load_average()}; timing epochs in-process ...", flush=True)
+    print(f"[{case}] during the sweep: {LAST_RUN['others']}; load after it: {load_average()}; timing epochs "
+          f"in-process ...", flush=True)
     epoch_s = timed_configs({k: [{**r, "config": {**fixed, **r["config"]}} for r in v] for k, v in rows.items()})
     work = sum(len(v) * epoch_s[tuple({**fixed, **v[0]["config"]}.get(k) for k in TIMED_KEYS)]
                for v in rows.values() if v)

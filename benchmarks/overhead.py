@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, load_average, median, run_sweeps, run_timed, trial_rows  # noqa: E402
+from _common import LAST_RUN, REPO, load_average, median, run_sweeps, run_timed, trial_rows  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,7 +76,7 @@ def run_handwritten_once(a: argparse.Namespace) -> dict[str, Any]:
 
 def show(name: str, i: int, r: dict[str, Any]) -> None:
     print(f"  {name:<11} run {i}: wall {r['wall']:6.1f} s  (Tuner.fit {r['fit']:6.1f} s)  epochs {r['epochs']:3d}  "
-          f"best val/acc {r['best']:.4f}  load {load_average()}", flush=True)
+          f"best val/acc {r['best']:.4f}  {LAST_RUN['others']}; load {load_average()}", flush=True)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, load_average, median, run_timed  # noqa: E402
+from _common import LAST_RUN, REPO, load_average, median, run_timed  # noqa: E402
 
 MODES = ("raw", "raw+mlflow", "sweeps")
 METRIC = "val/acc"
@@ -165,7 +165,7 @@ def main() -> None:
             extra = f", execute {out['execute']:.1f} s (fit + bookkeeping + report)" if "execute" in out else ""
             print(f"  {mode:<11}: process {wall:6.1f} s, Tuner.fit {out['fit']:6.1f} s "
                   f"({out['fit'] / a.trials * 1e3:.0f} ms/trial){extra}; MLflow calls {out['mlflow']:.1f} s; "
-                  f"load {load_average()}", flush=True)
+                  f"{LAST_RUN['others']}; load {load_average()}", flush=True)
     if "raw" in fits:
         base = median(fits["raw"])
         for mode in a.modes:

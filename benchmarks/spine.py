@@ -19,6 +19,14 @@ SWEEPS = {
 }
 
 
+def mlflow_share(rec: dict) -> float:
+    """Seconds the tracking callback spent in MLflow calls over the sweep's wall time (parent-run metrics)."""
+    from mlflow.tracking import MlflowClient
+
+    m = MlflowClient(rec["tracking_uri"]).get_run(rec["parent_run_id"]).data.metrics
+    return m["sweeps/mlflow_seconds"] / m["sweeps/wall_s"]
+
+
 def main() -> None:
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
     names = list(SWEEPS) if which == "all" else [which]
@@ -31,6 +39,7 @@ def main() -> None:
                   f"({c['early_stopped']} early-stopped, {c['failed']} failed); best {rec['metric']} = "
                   f"{rec['best'].get('value', float('nan')):.4f}")
             print(f"  per-trial start -> first epoch: {stats(starts)}")
+            print(f"  MLflow share of sweep wall time: {mlflow_share(rec):.2%}")
             print(f"  per-report overhead beyond training: {stats(per_report)}")
 
 

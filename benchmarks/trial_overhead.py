@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    LAST_RUN,
     REPO,
     experiment_start,
     load_average,
@@ -137,7 +138,7 @@ def decompose(a: argparse.Namespace) -> None:
                "--workers", *map(str, a.workers)]
         wall, proc = run_timed(cmd, REPO, env)
         data = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("DECOMPOSE "))[10:])
-        print(f"[{name}] ({wall:.0f} s; load {load_average()})")
+        print(f"[{name}] ({wall:.0f} s; {LAST_RUN['others']}; load {load_average()})")
         for w, kinds in data.items():
             for kind, runs in kinds.items():
                 ph = {k: median([r[k] for r in runs]) for k in runs[0]}
@@ -178,7 +179,8 @@ def sweeps_case(workers: int, a: argparse.Namespace) -> None:
     ml_end = [runs[t["trial_id"]][1] - t["last"] for t in ended]
     ml_start = [t["start"] - runs[t["trial_id"]][0] for t in timeline if t["trial_id"] in runs]
     print(f"sweeps, {workers} worker(s): process {wall:.1f} s, Tuner.fit {rec['wall_s']:.1f} s; "
-          f"Tune start -> first trial start {timeline[0]['start'] - t0:.2f} s; load {load_average()}")
+          f"Tune start -> first trial start {timeline[0]['start'] - t0:.2f} s; {LAST_RUN['others']}; "
+          f"load {load_average()}")
     print(f"  start -> first epoch        : {stats(c['start'])}")
     print(f"  last epoch -> next start    : {stats(c['end'])}")
     print(f"  last epoch -> MLflow run end: {stats(ml_end)}")
@@ -201,7 +203,8 @@ def handwritten_case(workers: int, a: argparse.Namespace) -> None:
         shutil.rmtree(home, ignore_errors=True)
     c = costs(timeline)
     print(f"handwritten ({a.bridge}), {workers} worker(s): process {wall:.1f} s, Tuner.fit {out['fit_s']:.1f} s; "
-          f"Tune start -> first trial start {timeline[0]['start'] - t0:.2f} s; load {load_average()}")
+          f"Tune start -> first trial start {timeline[0]['start'] - t0:.2f} s; {LAST_RUN['others']}; "
+          f"load {load_average()}")
     print(f"  start -> first epoch        : {stats(c['start'])}")
     print(f"  last epoch -> next start    : {stats(c['end'])}")
     print(f"  per report beyond training  : {stats(c['report'])}", flush=True)

@@ -16,6 +16,11 @@ from typing import Any
 from sweeps.config import SweepSpec
 from sweeps.errors import BadInput
 
+# Local mode: each trial's driver holds one of these, and the local Ray has as many as trials may run at once.
+# Concurrency is then a resource, not a count: a trial that a scheduler pauses (HyperBand, PBT) gives its slot
+# back, where Tune's count-based limits would keep counting it and deadlock the sweep.
+TRIAL_SLOT = "sweeps_trial_slot"
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -141,7 +146,7 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
     bundle, need = worker_bundle(spec), per_trial(spec)
     nodes = res.nodes or (res.total,)
     if not any(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in nodes):
-        shapes = "; ".join(_fmt(n) for n in nodes)
+        shapes = "; ".join(_fmt({k: v for k, v in n.items() if k != TRIAL_SLOT}) for n in nodes)
         raise BadInput(f"trainable.resources_per_worker: a worker needs {_fmt(bundle)} but no node has that "
                        f"(nodes: {shapes}); lower trainable.resources_per_worker or use_gpu, or add nodes")
     short = {k: v for k, v in need.items() if res.total.get(k, 0.0) < v}
@@ -155,6 +160,8 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
     if total_t is not None:
         conc = min(conc, total_t)
     epochs = spec.trainable.params.get("epochs")
+    if local:
+        res = Resources(total={**res.total, TRIAL_SLOT: float(max(1, conc))}, nodes=res.nodes)
     return Plan(
         per_trial=need, worker_bundle=bundle, concurrent_trials=max(1, conc), total_trials=total_t,
         max_epochs=int(epochs) if isinstance(epochs, int) else None, resources=res,

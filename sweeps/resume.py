@@ -99,8 +99,8 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
     generation = len(rec.experiment_dirs)
     name = f"{rec.sweep_id}-ext{generation}"
     with runner.launched(spec) as (the_plan, c):
-        searcher = tuner_mod.restored_searcher(spec, the_plan.concurrent_trials, rec.experiment_dirs[-1],
-                                               generation=generation)
+        searcher = tuner_mod.restored_searcher(spec, tuner_mod.count_limit(spec, the_plan) or 0,
+                                               rec.experiment_dirs[-1], generation=generation)
         _reopen_parent(c, rec)
         rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid(),
                            experiment_dirs=[*rec.experiment_dirs, str(Path(spec.storage_path) / name)])

@@ -286,7 +286,9 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
         if searcher_state_dir:
             from sweeps.tuner import restored_searcher
 
-            searcher = restored_searcher(spec, the_plan.concurrent_trials, searcher_state_dir, points)
+            from sweeps.tuner import count_limit
+
+            searcher = restored_searcher(spec, count_limit(spec, the_plan) or 0, searcher_state_dir, points)
         from sweeps.tuner import build_tuner
 
         tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)

@@ -142,10 +142,20 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
 def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     from ray import tune
 
+    from sweeps.plan import TRIAL_SLOT
+
     fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
     # Only the driver's own resources: the Train controller reserves the workers' bundles itself
     # (RAY_NOTES §2). Extra driver resources can pin drivers to nodes that won't be lost.
-    return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources})
+    resources = {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+    if spec.cluster.mode == "local":
+        resources[TRIAL_SLOT] = 1.0
+    return tune.with_resources(fn, resources)
+
+
+def count_limit(spec: SweepSpec, plan: Plan) -> int | None:
+    """Tune's count-based concurrency limit: none locally (the trial-slot resource limits), else the plan's."""
+    return None if spec.cluster.mode == "local" else plan.concurrent_trials
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
@@ -157,10 +167,10 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
-        search_alg=searcher if searcher is not None else build_searcher(spec, plan.concurrent_trials, points),
+        search_alg=searcher if searcher is not None else build_searcher(spec, count_limit(spec, plan) or 0, points),
         scheduler=build_scheduler(spec),
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
-        max_concurrent_trials=plan.concurrent_trials,
+        max_concurrent_trials=count_limit(spec, plan),
         time_budget_s=spec.sweep.time_budget_s,
     )
     run_config = tune.RunConfig(
