@@ -361,7 +361,7 @@ def _candidate(sweep_id: str, trial_id: str | None) -> _Candidate:
     from sweeps.results import load_records
 
     rec = store.load(sweep_id)
-    records = load_records(rec.experiment_dirs, rec.metric, rec.mode)
+    records = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
     trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, trial_id)
     checkpoint = verify_checkpoint(trial.best_checkpoint, trial.trial_id)
     return _Candidate(rec, trial, checkpoint, trial_value(trial, checkpoint, rec.metric, rec.mode))

@@ -47,7 +47,8 @@ def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
     metric, mode = _objective(rec)
     settings = summary.settings_from_config(rec.config)
     if any(Path(d).is_dir() for d in rec.experiment_dirs):
-        records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"])
+        records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"],
+                               settled=rec.status == "finished")
     else:
         log.warning(
             "sweep %s: Ray results gone (%s); rebuilding from its MLflow runs",

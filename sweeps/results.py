@@ -118,12 +118,17 @@ def epochs_of(config: dict[str, Any]) -> int | None:
 
 def load_for(rec: Any) -> list[TrialRecord]:
     """All trials of a stored sweep (a :class:`sweeps.store.SweepRecord`)."""
-    return load_records(rec.experiment_dirs, rec.metric, rec.mode, epochs_of(rec.config))
+    return load_records(rec.experiment_dirs, rec.metric, rec.mode, epochs_of(rec.config),
+                        settled=rec.status == "finished")
 
 
-def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int | None = None
-                 ) -> list[TrialRecord]:
-    """All trials of a sweep (over its original run and any extensions)."""
+def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int | None = None,
+                 settled: bool = False) -> list[TrialRecord]:
+    """All trials of a sweep (over its original run and any extensions).
+
+    ``settled``: the sweep ended normally, so a trial a scheduler left PAUSED (HyperBand never resumes the
+    losers of a bracket) is over: it counts as TERMINATED (early-stopped if it ran short of its epochs).
+    """
     from ray.tune import ExperimentAnalysis
 
     records: list[TrialRecord] = []
@@ -134,17 +139,18 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
         for trial in analysis.trials:
             history = read_history(trial.path) if trial.path else []
             last = history[-1] if history else {}
+            status = "TERMINATED" if settled and trial.status == "PAUSED" else trial.status
             epoch = last.get("epoch", last.get("training_iteration"))
             budget = (trial.config or {}).get("epochs", epochs)
             # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
-            early = bool(trial.status == "TERMINATED" and budget and epoch is not None and epoch < budget)
+            early = bool(status == "TERMINATED" and budget and epoch is not None and epoch < budget)
             error = None
             err_file = error_path(trial)
-            if trial.status == "ERROR" and err_file is not None:
+            if status == "ERROR" and err_file is not None:
                 text = err_file.read_text(errors="replace").strip().splitlines()
                 error = text[-1] if text else "error"
             records.append(TrialRecord(
-                trial_id=trial.trial_id, status=trial.status,
+                trial_id=trial.trial_id, status=status,
                 params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
                 history=history, early_stopped=early, error=error, path=trial.path,
                 best_checkpoint=_best_checkpoint(trial, metric, mode), num_failures=trial.num_failures,

@@ -221,16 +221,34 @@ def finish_parent(c: Any, rec: store.SweepRecord, summ: summary.Summary, status:
     c.set_terminated(rec.parent_run_id, status=status)
 
 
-class _Signals:
-    """SIGTERM behaves like Ctrl-C: Tune stops gracefully, saves its state, and we close every run."""
+class _Signals(logging.Handler):
+    """SIGTERM behaves like Ctrl-C: Tune stops gracefully, saves its state, and we close every run.
+
+    Tune handles Ctrl-C itself and returns normally, saying so only in a log line: that line (or our SIGTERM)
+    sets ``interrupted``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.interrupted = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Stop signal received"):
+            self.interrupted = True
+
+    def _term(self, *_: object) -> None:
+        self.interrupted = True
+        os.kill(os.getpid(), signal.SIGINT)
 
     def __enter__(self) -> _Signals:
         self.prev = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        signal.signal(signal.SIGTERM, self._term)
+        logging.getLogger("ray.tune.tune").addHandler(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         signal.signal(signal.SIGTERM, self.prev)
+        logging.getLogger("ray.tune.tune").removeHandler(self)
 
 
 @contextmanager
@@ -314,16 +332,18 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     """Fit; whatever happens, leave every MLflow run final and the index record honest."""
     t0 = time.monotonic()
     status, interrupted = "failed", False
+    signals = _Signals()
     try:
-        with _Signals():
+        with signals:
             tuner.fit()
-        status = "finished"
+        interrupted = signals.interrupted
+        status = "interrupted" if interrupted else "finished"
     except KeyboardInterrupt:
         interrupted, status = True, "interrupted"
     finally:
         wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
         tracker.close_open("KILLED")
-        records_ = _records(spec, rec)
+        records_ = _records(spec, rec, settled=status == "finished")
         summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
                                max_epochs=_epochs(spec), wall_s=wall, slots=rec.slots)
         budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
@@ -352,11 +372,11 @@ def _epochs(spec: SweepSpec) -> int | None:
     return int(e) if isinstance(e, int) else None
 
 
-def _records(spec: SweepSpec, rec: store.SweepRecord) -> list[Any]:
+def _records(spec: SweepSpec, rec: store.SweepRecord, settled: bool) -> list[Any]:
     from sweeps.results import load_records
 
     try:
-        return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, _epochs(spec))
+        return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, _epochs(spec), settled=settled)
     except Exception as exc:  # a sweep that died before Tune wrote its state has no trials
         log.warning("could not read trial results from %s (%s)", rec.experiment_dirs, exc)
         return []

@@ -49,7 +49,7 @@ def sync(sweep_id: str) -> dict[str, int]:
     rec = store.load(sweep_id)
     c = tracking.client(rec.tracking_uri)
     tracking.close_stale_runs(c)
-    trials = load_records(rec.experiment_dirs, rec.metric, rec.mode)
+    trials = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
     children = _child_runs(c, rec)
     counts = {"runs_created": 0, "metrics_logged": 0, "statuses_set": 0}
     for trial in trials:

@@ -72,12 +72,13 @@ def test_pb2_explores_within_bounds(tmp_path: Path) -> None:
 
     env = SweepsEnv(tmp_path)
     try:
-        env.run("run", "+experiment=digits_pb2", "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
-                "trainable.num_workers=1", "trainable.params.epochs=6", "scheduler.quantile_fraction=0.5",
+        env.run("run", "+experiment=digits_pb2", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
+                "trainable.num_workers=1", "trainable.params.epochs=6", "scheduler.quantile_fraction=0.25",
+                "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}",
                 "report.enabled=false", check=True, timeout=900)
         rec = _index(env)
-        records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 6)
-        assert len(records) == 2 and all(r.status == "TERMINATED" for r in records)
+        records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 6, settled=True)
+        assert len(records) == 4 and all(r.status == "TERMINATED" for r in records)
         schedules = read_param_schedules(records)
         assert schedules, "PB2 never perturbed a trial"
         for per_param in schedules.values():
