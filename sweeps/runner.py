@@ -302,9 +302,7 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
         tracker = make_tracker(spec, rec)
         searcher = None
         if searcher_state_dir:
-            from sweeps.tuner import restored_searcher
-
-            from sweeps.tuner import count_limit
+            from sweeps.tuner import count_limit, restored_searcher
 
             searcher = restored_searcher(spec, count_limit(spec, the_plan) or 0, searcher_state_dir, points)
         from sweeps.tuner import build_tuner

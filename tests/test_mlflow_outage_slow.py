@@ -33,8 +33,8 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
             if not recs:
                 return False
             exp = Path(json.loads(recs[0].read_text())["experiment_dirs"][0])
-            return exp.is_dir() and any((d / "result.json").is_file() and len((d / "result.json").read_text().splitlines()) >= 2
-                       for d in exp.iterdir() if d.is_dir())
+            files = [d / "result.json" for d in exp.iterdir() if d.is_dir()] if exp.is_dir() else []
+            return any(f.is_file() and len(f.read_text().splitlines()) >= 2 for f in files)
 
         wait_for(reported, 300, what="first results")
         srv.stop()
