@@ -110,6 +110,12 @@ def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
         c = mlflow_client(env.tracking_uri)
         assert c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'"), \
             "a SIGKILLed driver leaves RUNNING runs behind (until the next command closes them)"
+        # sync closes them and back-fills MLflow from the Ray results; a second sync changes nothing
+        first = env.run("sync", "latest", check=True)
+        assert "synced:" in first.stdout
+        assert not c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
+        second = env.run("sync", "latest", check=True)
+        assert "0 run(s) created, 0 metric value(s) logged, 0 status(es) set" in second.stdout, second.stdout
         rec = _finish_and_check(env, n_trials=3, epochs=6)
 
         # extend: the restored Optuna study knows the 3 finished trials and suggests 2 more
