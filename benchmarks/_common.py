@@ -256,3 +256,60 @@ class ForeignLoad:
 
     def __str__(self) -> str:
         return f"others {self.cpu_s:.0f} CPU-s ({self.share:.0%} of the machine)"
+
+
+# (module, function) pairs of the `sweeps run` pipeline, timed by phase_timers(), in pipeline order.
+SWEEPS_PHASES = (
+    ("sweeps.runner", "prepare"), ("sweeps.tracking", "probe"), ("sweeps.runner", "check_storage"),
+    ("sweeps.tracking", "client"),
+    ("sweeps.tracking", "close_stale_runs"), ("sweeps.raystart", "start"), ("sweeps.runner", "open_parent"),
+    ("sweeps.runner", "make_tracker"), ("sweeps.tuner", "build_tuner"), ("sweeps.runner", "_records"),
+    ("sweeps.summary", "collect"), ("sweeps.runner", "finish_parent"), ("sweeps.runner", "_report"),
+    ("sweeps.raystart", "stop"),
+)
+
+
+def phase_timers() -> dict[str, list[float]]:
+    """Wrap the pipeline's functions (module attributes, looked up at call time) with timers.
+
+    Also times the Tuner's ``fit`` and the tracker's ``close_open``. Returns the dict the timings land in
+    (seconds per call, by ``module.function``); ``tracker`` holds the tracking callback for its MLflow timer.
+    """
+    import functools
+    import importlib
+
+    out: dict[str, list[float]] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                out.setdefault(name, []).append(time.perf_counter() - t)
+        return wrapper
+
+    for module, attr in SWEEPS_PHASES:
+        mod = importlib.import_module(module)
+        name = f"{module.rsplit('.', 1)[1]}.{attr}"
+        fn = timed(name, getattr(mod, attr))
+        if attr == "build_tuner":
+            inner = fn
+
+            def build(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
+                tuner = _inner(*args, **kwargs)
+                tuner.fit = timed("Tuner.fit", tuner.fit)
+                return tuner
+            fn = build
+        elif attr == "make_tracker":
+            inner_t = fn
+
+            def make(*args: Any, _inner: Any = inner_t, **kwargs: Any) -> Any:
+                tracker = _inner(*args, **kwargs)
+                tracker.close_open = timed("tracker.close_open", tracker.close_open)
+                out["tracker"] = [tracker]  # type: ignore[list-item]
+                return tracker
+            fn = make
+        setattr(mod, attr, fn)
+    return out

@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         accs = list(df["val/acc"]) if df is not None and "val/acc" in df else []
         trials.append({"epochs": len(accs), "best": max(accs) if accs else None, "config": r.config})
     ray.shutdown()
-    out = {"fit_s": fit_s, "init_s": t_fit - t_init, "total_s": time.perf_counter() - T_PROCESS,
+    out = {"fit_s": fit_s, "init_s": t_fit - t_init, "before_init_s": t_init - T_PROCESS,
+           "total_s": time.perf_counter() - T_PROCESS,
            "storage": storage, "trials": trials}
     print("HANDWRITTEN " + json.dumps(out, default=str))
 

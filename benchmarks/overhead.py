@@ -8,6 +8,12 @@ the machine's load hits both. Goal: median(sweeps) / median(handwritten) <= 1.0.
     python benchmarks/overhead.py [N=3] [--trials 6] [--epochs 8] [--workers 2] [--concurrency 2]
         [--scheduler fifo|asha] [--space digits_small|digits] [--bridge callback|queue] [--seed 0]
         [--sweeps-arg KEY=VALUE ...]
+    python benchmarks/overhead.py --phases [same sizes]   # where each process's time goes (one run each)
+
+--phases runs `sweeps` once in a fresh process with timers around each pipeline stage (benchmarks/_common.py
+SWEEPS_PHASES: compose+validate, probes, Ray start, MLflow parent run, Tuner.fit, closing runs, reading
+results, summary, parent run finish, report, Ray stop) and the handwritten script once (its Ray start, fit,
+total), and prints both breakdowns.
 """
 
 from __future__ import annotations
@@ -17,11 +23,22 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import LAST_RUN, REPO, load_average, median, run_sweeps, run_timed, trial_rows  # noqa: E402
+from _common import (  # noqa: E402
+    LAST_RUN,
+    REPO,
+    SWEEPS_PHASES,
+    load_average,
+    median,
+    phase_timers,
+    run_sweeps,
+    run_timed,
+    trial_rows,
+)  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -36,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bridge", choices=("callback", "queue"), default="callback")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sweeps-arg", action="append", default=[], help="extra override for the sweeps run")
+    p.add_argument("--phases", action="store_true", help="one timed-by-stage run of each (see above)")
+    p.add_argument("--phases-child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -69,7 +88,9 @@ def run_handwritten_once(a: argparse.Namespace) -> dict[str, Any]:
         out = json.loads(line.removeprefix("HANDWRITTEN "))
         bests = [t["best"] for t in out["trials"] if t["best"] is not None]
         return {"wall": wall, "fit": out["fit_s"], "epochs": sum(t["epochs"] for t in out["trials"]),
-                "best": max(bests) if bests else float("nan")}
+                "best": max(bests) if bests else float("nan"), "total": out["total_s"], "init": out["init_s"],
+                "before_init": out["before_init_s"],
+                "after": out["total_s"] - out["fit_s"] - out["init_s"] - out["before_init_s"]}
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -79,8 +100,59 @@ def show(name: str, i: int, r: dict[str, Any]) -> None:
           f"best val/acc {r['best']:.4f}  {LAST_RUN['others']}; load {load_average()}", flush=True)
 
 
+def phases_child(a: argparse.Namespace) -> None:
+    """In a fresh process: import the CLI, time each pipeline stage of one `sweeps run`."""
+    t_imports = time.perf_counter()
+    from sweeps import cli
+
+    imports = time.perf_counter() - t_imports
+    t = time.perf_counter()
+    timers = phase_timers()  # imports the pipeline's modules (cli.main would import them later)
+    pipeline_imports = time.perf_counter() - t
+    t = time.perf_counter()
+    rc = cli.main(sweeps_overrides(a))
+    main_s = time.perf_counter() - t
+    tracker = timers.pop("tracker", [None])[0]
+    out = {k: sum(v) for k, v in timers.items()}
+    out.update({"import sweeps.cli": imports, "import pipeline modules": pipeline_imports, "cli.main": main_s, "rc": rc,
+                "mlflow in callbacks": tracker.timer.seconds if tracker is not None else float("nan")})
+    print("PHASES " + json.dumps(out), flush=True)
+
+
+def phases(a: argparse.Namespace) -> None:
+    home = Path(tempfile.mkdtemp(prefix="bench-phases-"))
+    try:
+        wall, proc = run_timed([sys.executable, str(Path(__file__).resolve()), "--phases-child",
+                                *sys.argv[2:]], home, {"SWEEPS_HOME": str(home)})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    ph = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("PHASES "))[7:])
+    print(f"sweeps: process {wall:.1f} s; {LAST_RUN['others']}; load {load_average()}")
+    start = wall - ph["cli.main"] - ph["import pipeline modules"] - ph["import sweeps.cli"]
+    print(f"  {'interpreter start, before sweeps.cli':<40} {start:7.2f} s")
+    print(f"  {'import sweeps.cli':<40} {ph['import sweeps.cli']:7.2f} s")
+    print(f"  {'import runner/tracking/tuner/...':<40} {ph['import pipeline modules']:7.2f} s")
+    for name in [f"{m.rsplit('.', 1)[1]}.{f}" for m, f in SWEEPS_PHASES] + ["Tuner.fit", "tracker.close_open"]:
+        if name in ph:
+            print(f"  {name:<40} {ph[name]:7.2f} s")
+    print(f"  {'(MLflow calls inside the callback)':<40} {ph['mlflow in callbacks']:7.2f} s")
+    print(f"  {'cli.main total':<40} {ph['cli.main']:7.2f} s")
+    hw = run_handwritten_once(a)
+    print(f"handwritten: process {hw['wall']:.1f} s; {LAST_RUN['others']}")
+    for name, v in (("interpreter start (before line 1)", hw["wall"] - hw["total"]),
+                    ("imports before ray.init", hw["before_init"]), ("ray.init", hw["init"]),
+                    ("Tuner.fit", hw["fit"]), ("after fit (results, ray.shutdown)", hw["after"])):
+        print(f"  {name:<40} {v:7.2f} s")
+
+
 def main() -> None:
     a = parse_args()
+    if a.phases_child:
+        phases_child(a)
+        return
+    if a.phases:
+        phases(a)
+        return
     print(f"overhead: {a.trials} trials x {a.epochs} epochs x {a.workers} workers, concurrency {a.concurrency}, "
           f"{a.scheduler}, space {a.space}, seed {a.seed}; handwritten bridge: {a.bridge}; {a.n} runs each; "
           f"load {load_average()}", flush=True)
