@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, load_average, median  # noqa: E402
+from _common import REPO, ForeignLoad, load_average, median  # noqa: E402
 
 COMMANDS = {"--help": ["--help"], "run --help": ["run", "--help"]}
 GOAL_S = 0.5
@@ -52,9 +52,11 @@ def main() -> None:
     print(f"cli: {a.n} fresh processes each, alternating; load {load_average()}")
     once(["--help"])  # warm the OS page cache and __pycache__ once (not counted)
     times: dict[str, list[float]] = {k: [] for k in COMMANDS}
-    for _ in range(a.n):
-        for name, args in COMMANDS.items():
-            times[name].append(once(args)[0])
+    with ForeignLoad() as others:
+        for _ in range(a.n):
+            for name, args in COMMANDS.items():
+                times[name].append(once(args)[0])
+    print(f"  meanwhile: {others}")
     for name, xs in times.items():
         m = median(xs)
         print(f"  python -m sweeps {name:<11}: median {m:.3f} s (min {min(xs):.3f}, max {max(xs):.3f}, n={len(xs)}); "
