@@ -31,13 +31,9 @@ BASIC_SEARCHERS = ("BasicVariantGenerator",)  # accept partial points; the other
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from sweeps.tracking import pid_alive
+
+    return pid_alive(pid)
 
 
 def _holder_text(info: dict[str, Any]) -> str:

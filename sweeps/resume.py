@@ -113,13 +113,7 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid != os.getpid()
+    return pid != os.getpid() and tracking.pid_alive(pid)
 
 
 def cli_resume(args: argparse.Namespace) -> int:

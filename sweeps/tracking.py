@@ -158,17 +158,22 @@ def find_runs(c: Any, experiment_ids: list[str], filter_string: str, max_results
             return runs
 
 
-def _alive_here(driver: str) -> bool:
-    host, _, pid = driver.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's driver: not ours to judge
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (one we may not signal counts as alive)."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def _alive_here(driver: str) -> bool:
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's driver: not ours to judge
+    return pid_alive(int(pid))
 
 
 def close_stale_runs(c: Any, reason: str = "driver died") -> int:
