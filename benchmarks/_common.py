@@ -105,7 +105,50 @@ def kill_leftovers(marker: str) -> int:
     return killed
 
 
-LAST_RUN: dict[str, Any] = {}  # "others": the ForeignLoad of the latest run_timed call
+LAST_RUN: dict[str, Any] = {}  # of the latest run_timed call: "others" (ForeignLoad), "cpu_s" (its tree's CPU)
+
+
+def become_subreaper() -> None:
+    """Orphans of our runs (Ray workers whose raylet died first) become our children, so their CPU time is
+    counted when we reap them (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux)."""
+    import ctypes
+
+    if not LAST_RUN.get("subreaper"):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36
+        LAST_RUN["subreaper"] = True
+
+
+def _children_cpu() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def reap_orphans(timeout_s: float = 30.0) -> None:
+    """SIGKILL (by pid) what is left of a finished run among our direct children, then reap every child."""
+    import signal
+
+    deadline = time.monotonic() + timeout_s
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid():
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                pass
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
 
 
 def run_timed(cmd: list[str], cwd: Path, env_extra: dict[str, str] | None = None,
@@ -114,9 +157,13 @@ def run_timed(cmd: list[str], cwd: Path, env_extra: dict[str, str] | None = None
 
     Raises SystemExit with the tail of stderr when it fails. ``LAST_RUN["others"]`` then says how much CPU
     other processes (other people's sweeps and tests) took meanwhile: the figure is clean only near 0%.
+    ``LAST_RUN["cpu_s"]`` is the CPU time (user + sys) of the run's whole process tree, Ray's processes
+    included: unlike wall time, it hardly changes when others load the machine.
     """
     ray_tmp = tempfile.mkdtemp(prefix="rb", dir="/tmp")
     env = {**os.environ, "SWEEPS_CONF_DIR": str(REPO / "conf"), "RAY_TMPDIR": ray_tmp, **(env_extra or {})}
+    become_subreaper()
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     try:
         with ForeignLoad() as others:
@@ -125,6 +172,8 @@ def run_timed(cmd: list[str], cwd: Path, env_extra: dict[str, str] | None = None
         wall = time.perf_counter() - t0
         LAST_RUN["others"] = others
         kill_leftovers(ray_tmp)
+        reap_orphans()
+        LAST_RUN["cpu_s"] = _children_cpu() - cpu0
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

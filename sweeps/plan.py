@@ -107,7 +107,10 @@ def local_resources(spec: SweepSpec) -> Resources:
     total_t = total_trials(spec)
     if total_t is not None:
         conc = min(conc, total_t)
-    cpus = spec.cluster.num_cpus if spec.cluster.num_cpus is not None else need["CPU"] * conc
+    # One trial's worth of spare CPU tokens: a stopped trial's worker placement group is released
+    # asynchronously (Ray's cleaner), and the next trial's workers must not starve meanwhile. Concurrency stays
+    # capped by the trial-slot resource, not by CPU tokens.
+    cpus = spec.cluster.num_cpus if spec.cluster.num_cpus is not None else need["CPU"] * (conc + 1)
     gpus = spec.cluster.num_gpus if spec.cluster.num_gpus is not None else _visible_gpus()
     total = {"CPU": float(cpus), "GPU": float(gpus)}
     for k, v in need.items():  # custom resources (e.g. memory) are declared by the user's cluster
@@ -155,6 +158,8 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
                        f"{spec.trainable.num_workers} workers) but the cluster has {_fmt(res.total)}; lower "
                        f"trainable.num_workers, or raise cluster.num_cpus (logical CPUs may exceed cores)")
     fit = min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0)
+    if local and spec.cluster.num_cpus is None:
+        fit = max(1, fit - 1)  # local_resources added one trial's worth of spare tokens, not a trial
     conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
     total_t = total_trials(spec)
     if total_t is not None:
