@@ -71,13 +71,15 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         _reopen_parent(c, rec)
         rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid())
         tracker = runner.make_tracker(spec, rec)
+        from sweeps.tune_logs import result_loggers
+
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
         # The pickled run config holds the old callback objects; track with a fresh one (same parent run).
         internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
         if internal is None:
             raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
-        internal.get_run_config().callbacks = [tracker]
+        internal.get_run_config().callbacks = [tracker, *result_loggers()]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
 

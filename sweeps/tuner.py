@@ -164,6 +164,8 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one)."""
     from ray import tune
 
+    from sweeps.tune_logs import result_loggers
+
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
@@ -176,7 +178,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     run_config = tune.RunConfig(
         name=name or sweep_id,
         storage_path=spec.storage_path,
-        callbacks=callbacks,
+        callbacks=[*callbacks, *result_loggers()],
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,

@@ -7,11 +7,13 @@ Ray's temp dir and auth token. ``run_cli`` runs ``python -m sweeps`` as a real s
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,59 @@ def mlflow_client(uri: str):  # noqa: ANN201 - test helper
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+# -- one lean ``mlflow server`` and one tiny sweep logged to it over HTTP, shared by the session ----------
+SERVED_EPOCHS = 2
+SERVED_TRIALS = 2
+SERVED_TINY = [
+    "+experiment=quickstart", f"sweep.num_samples={SERVED_TRIALS}", f"trainable.params.epochs={SERVED_EPOCHS}",
+    f"scheduler.max_t={SERVED_EPOCHS}", "scheduler.grace_period=1",
+    "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=60",
+]
+
+
+@dataclass
+class ServedSweep:
+    env: SweepsEnv
+    server: object  # sweeps.mlflow_server.Server
+    url: str
+    artifacts: Path
+    sweep_id: str
+    git_head: str
+    stdout: str
+
+
+def git_repo(root: Path) -> str:
+    """Make ``root`` a git repo with one commit, so a sweep's git_commit tag has a known right answer."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    (root / "README").write_text("test project\n")
+    for cmd in (["init", "-q"], ["add", "README"], ["commit", "-q", "-m", "init"]):
+        subprocess.run(["git", *cmd], cwd=root, env=env, check=True, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def served_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedSweep]:
+    """A real ``mlflow server`` (SQLite + proxied artifacts) and one tiny sweep logged to it over HTTP.
+
+    The tracking-server assertions and the browser checks read the same runs: one sweep, not two.
+    """
+    from sweeps import mlflow_server
+
+    root = tmp_path_factory.mktemp("served")
+    env = SweepsEnv(root)
+    head = git_repo(root)
+    artifacts = root / "server" / "artifacts"
+    server = mlflow_server.start(f"sqlite:///{root / 'server' / 'mlflow.db'}", artifacts_destination=artifacts,
+                                 log_path=root / "server" / "server.log")
+    try:
+        proc = env.run("run", *SERVED_TINY, f"tracking.uri={server.url}", timeout=600, check=True)
+        match = re.search(r"^sweep (\S+): finished", proc.stdout, re.MULTILINE)
+        assert match, proc.stdout[-2000:]
+        yield ServedSweep(env, server, server.url, artifacts, match.group(1), head, proc.stdout)
+    finally:
+        server.stop()
+        env.cleanup()

@@ -1,22 +1,21 @@
 """The real MLflow 3.17 UI in headless Debian Chromium (Selenium): a sweep's runs as users compare them.
 
-One lean ``mlflow server`` and one tiny sweep per module. Screenshots land in the module's tmp dir
-(``.../browser0/shots/*.png``): open them when a test fails.
+The runs come from the session's ``served_sweep`` (conftest: one lean ``mlflow server``, one tiny sweep, shared
+with the tracking-server tests). Screenshots land in ``.../browser0/shots/*.png``: open them when a test fails.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SweepsEnv, mlflow_client
+from conftest import SERVED_EPOCHS, SERVED_TRIALS, mlflow_client
 
-from sweeps import mlflow_server, tracking
+from sweeps import tracking
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -25,13 +24,8 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
          "--window-size=1600,1000"]
-EPOCHS = 2
-TRIALS = 2
-TINY = [
-    "+experiment=quickstart", f"sweep.num_samples={TRIALS}", f"trainable.params.epochs={EPOCHS}",
-    f"scheduler.max_t={EPOCHS}", "scheduler.grace_period=1",
-    "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=60",
-]
+EPOCHS = SERVED_EPOCHS
+TRIALS = SERVED_TRIALS
 WAIT_S = 60
 
 
@@ -47,33 +41,22 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Site:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium chromium-driver)")
-    root = tmp_path_factory.mktemp("browser")
-    env = SweepsEnv(root)
-    server = mlflow_server.start(f"sqlite:///{root / 'server' / 'mlflow.db'}",
-                                 artifacts_destination=root / "server" / "artifacts",
-                                 log_path=root / "server" / "server.log")
-    try:
-        proc = env.run("run", *TINY, f"tracking.uri={server.url}", timeout=600, check=True)
-        match = re.search(r"^sweep (\S+): finished", proc.stdout, re.MULTILINE)
-        assert match, proc.stdout[-2000:]
-        c = mlflow_client(server.url)
-        exp_id = c.get_experiment_by_name("quickstart").experiment_id
-        runs = c.search_runs([exp_id])
-        parent = next(r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep")
-        children = {r.info.run_name: r.info.run_id for r in runs
-                    if r.data.tags.get(tracking.PARENT_TAG) == parent.info.run_id}
-        assert parent.info.run_name == match.group(1) and len(children) == TRIALS
-        full = next((name, rid) for name, rid in sorted(children.items())
-                    if len(c.get_metric_history(rid, "val/acc")) == EPOCHS)
-        shots = root / "shots"
-        shots.mkdir()
-        yield Site(server.url, exp_id, match.group(1), parent.info.run_id, children, full, shots)
-    finally:
-        server.stop()
-        env.cleanup()
+    served = request.getfixturevalue("served_sweep")  # the session's server and sweep (see conftest)
+    c = mlflow_client(served.url)
+    exp_id = c.get_experiment_by_name("quickstart").experiment_id
+    runs = c.search_runs([exp_id])
+    parent = next(r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep")
+    children = {r.info.run_name: r.info.run_id for r in runs
+                if r.data.tags.get(tracking.PARENT_TAG) == parent.info.run_id}
+    assert parent.info.run_name == served.sweep_id and len(children) == TRIALS
+    full = next((name, rid) for name, rid in sorted(children.items())
+                if len(c.get_metric_history(rid, "val/acc")) == EPOCHS)
+    shots = tmp_path_factory.mktemp("browser") / "shots"
+    shots.mkdir()
+    return Site(served.url, exp_id, served.sweep_id, parent.info.run_id, children, full, shots)
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,8 @@ def _finish_and_check(env: SweepsEnv, n_trials: int, epochs: int) -> dict:
 
     trials = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], epochs)
     assert len(trials) == n_trials, "resume kept the trial count"
-    assert all(t.status == "TERMINATED" and t.iterations == epochs for t in trials)
+    assert all(t.status == "TERMINATED" and t.iterations == epochs for t in trials), \
+        [(t.trial_id, t.status, t.iterations, t.error, [h.get("epoch") for h in t.history]) for t in trials]
     for t in trials:
         assert _epochs_restart_free(Path(t.path)), f"{t.trial_id} restarted from epoch 1"
     children = _children(env, rec)

@@ -1,6 +1,6 @@
 """Tracking against a real ``mlflow server`` process, and ``python -m sweeps ui``.
 
-The slow tests share one lean server (SQLite + proxied artifacts under the module's tmp dir) and one
+The slow tests read the session's ``served_sweep`` (conftest): one lean server (SQLite + proxied artifacts) and one
 tiny sweep logged to it over HTTP; they assert the run tree through ``MlflowClient``. The unmarked tests
 cover the pure helpers of :mod:`sweeps.mlflow_server` and :mod:`sweeps.ui`.
 """
@@ -9,30 +9,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SweepsEnv, mlflow_client
+from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client
 
 from sweeps import mlflow_server, tracking, ui
 
-EPOCHS = 2
-TRIALS = 2
-TINY = [
-    "+experiment=quickstart", f"sweep.num_samples={TRIALS}", f"trainable.params.epochs={EPOCHS}",
-    f"scheduler.max_t={EPOCHS}", "scheduler.grace_period=1",
-    "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=60",
-]
+EPOCHS = SERVED_EPOCHS
+TRIALS = SERVED_TRIALS
+TINY = SERVED_TINY
 SAMPLED = ("lr", "hidden_size", "batch_size")
 
 
@@ -98,39 +92,16 @@ class Logged:
     children: list[Any]
 
 
-def _git_repo(root: Path) -> str:
-    """Make the sweep's cwd a git repo, so the parent's git_commit tag has a known right answer."""
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    (root / "README").write_text("test project\n")
-    for cmd in (["init", "-q"], ["add", "README"], ["commit", "-q", "-m", "init"]):
-        subprocess.run(["git", *cmd], cwd=root, env=env, check=True, capture_output=True)
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logged]:
-    root = tmp_path_factory.mktemp("tracking_server")
-    env = SweepsEnv(root)
-    head = _git_repo(root)
-    artifacts = root / "server" / "artifacts"
-    server = mlflow_server.start(f"sqlite:///{root / 'server' / 'mlflow.db'}",
-                                 artifacts_destination=artifacts, log_path=root / "server" / "server.log")
-    try:
-        proc = env.run("run", *TINY, f"tracking.uri={server.url}", timeout=600, check=True)
-        match = re.search(r"^sweep (\S+): finished", proc.stdout, re.MULTILINE)
-        assert match, proc.stdout[-2000:]
-        c = mlflow_client(server.url)
-        exp = c.get_experiment_by_name("quickstart")
-        runs = c.search_runs([exp.experiment_id], max_results=100)
-        parents = [r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep"]
-        assert len(parents) == 1, [r.data.tags for r in runs]
-        children = [r for r in runs if r.info.run_id != parents[0].info.run_id]
-        yield Logged(env, server, artifacts, match.group(1), head, c, parents[0], children)
-    finally:
-        server.stop()
-        env.cleanup()
+def logged(served_sweep: ServedSweep) -> Logged:
+    s = served_sweep
+    c = mlflow_client(s.url)
+    exp = c.get_experiment_by_name("quickstart")
+    runs = c.search_runs([exp.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep"]
+    assert len(parents) == 1, [r.data.tags for r in runs]
+    children = [r for r in runs if r.info.run_id != parents[0].info.run_id]
+    return Logged(s.env, s.server, s.artifacts, s.sweep_id, s.git_head, c, parents[0], children)
 
 
 @pytest.mark.slow
