@@ -11,10 +11,8 @@ METRICS = ("train/loss", "val/loss", "val/rmse", "epoch", "opt/lr")
 NUM_FEATURES = 10
 
 
-def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, Any]:
-    """Diabetes features and target, both standardized with train statistics, on a fixed split."""
+def _split(seed: int, val_fraction: float) -> dict[str, Any]:
     import numpy as np
-    import torch
     from sklearn.datasets import load_diabetes
     from sklearn.model_selection import train_test_split
 
@@ -24,13 +22,23 @@ def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, 
     xs[xs == 0] = 1.0
     ym, ys = y_tr.mean(), y_tr.std()
     f32 = np.float32
-    return (
-        torch.tensor(((x_tr - xm) / xs).astype(f32)),  # (N_train, 10)
-        torch.tensor(((y_tr - ym) / ys).astype(f32)),  # (N_train,)
-        torch.tensor(((x_va - xm) / xs).astype(f32)),
-        torch.tensor(((y_va - ym) / ys).astype(f32)),
-    )
+    return {"x_tr": ((x_tr - xm) / xs).astype(f32), "y_tr": ((y_tr - ym) / ys).astype(f32),
+            "x_va": ((x_va - xm) / xs).astype(f32), "y_va": ((y_va - ym) / ys).astype(f32)}
 
+
+def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, Any]:
+    """Diabetes features and target, both standardized with train statistics, on a fixed split."""
+    import torch
+
+    from trainables.common import cached_arrays
+
+    a = cached_arrays(f"diabetes-seed{seed}-val{val_fraction}", lambda: _split(seed, val_fraction))
+    return (
+        torch.from_numpy(a["x_tr"]),  # (N_train, 10)
+        torch.from_numpy(a["y_tr"]),  # (N_train,)
+        torch.from_numpy(a["x_va"]),
+        torch.from_numpy(a["y_va"]),
+    )
 
 
 def build_model(config: dict[str, Any]) -> Any:

@@ -13,10 +13,8 @@ NUM_FEATURES = 64
 NUM_CLASSES = 10
 
 
-def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, Any]:
-    """Digits, standardized with train statistics, on a fixed split. Returns float32/int64 tensors."""
+def _split(seed: int, val_fraction: float) -> dict[str, Any]:
     import numpy as np
-    import torch
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -24,12 +22,22 @@ def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, 
     x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=y)
     mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
     std[std == 0] = 1.0  # pixels that are always blank in train stay 0, not 1e6x
-    x_tr, x_va = (x_tr - mean) / std, (x_va - mean) / std
+    return {"x_tr": ((x_tr - mean) / std).astype(np.float32), "y_tr": y_tr.astype(np.int64),
+            "x_va": ((x_va - mean) / std).astype(np.float32), "y_va": y_va.astype(np.int64)}
+
+
+def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, Any]:
+    """Digits, standardized with train statistics, on a fixed split. Returns float32/int64 tensors."""
+    import torch
+
+    from trainables.common import cached_arrays
+
+    a = cached_arrays(f"digits-seed{seed}-val{val_fraction}", lambda: _split(seed, val_fraction))
     return (
-        torch.tensor(x_tr.astype(np.float32)),  # (N_train, 64)
-        torch.tensor(y_tr, dtype=torch.long),
-        torch.tensor(x_va.astype(np.float32)),  # (N_val, 64)
-        torch.tensor(y_va, dtype=torch.long),
+        torch.from_numpy(a["x_tr"]),  # (N_train, 64)
+        torch.from_numpy(a["y_tr"]),
+        torch.from_numpy(a["x_va"]),  # (N_val, 64)
+        torch.from_numpy(a["y_va"]),
     )
 
 

@@ -87,7 +87,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     if ckpt is not None:
         with ckpt.as_directory() as d:
             model_state, optim_state, meta = common.load_checkpoint(d)
-        raw = model.module if hasattr(model, "module") else model
+        raw: Any = model.module if hasattr(model, "module") else model
         raw.load_state_dict(model_state)
         optimizer.load_state_dict(optim_state)
         start_epoch = int(meta["epoch"]) + 1
@@ -100,7 +100,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     every = int(config.get("checkpoint_every", 1))
     fault, fault_epoch = str(config.get("fault", "none")), int(config.get("fault_epoch", 2))
     for epoch in range(start_epoch, epochs + 1):
-        sampler = getattr(train_loader, "sampler", None)
+        sampler: Any = getattr(train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
         model.train()
