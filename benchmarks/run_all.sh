@@ -22,7 +22,7 @@ for name in "${@:-${ALL[@]}}"; do
   case $name in
     cli)            run cli benchmarks/cli.py 10 ;;
     report_scale)   run report_scale benchmarks/report_scale.py --trials 10000 --repeat 3 ;;
-    decompose)      run decompose benchmarks/trial_overhead.py --decompose --workers 1 2 --repeat 2 ;;
+    decompose)      run decompose benchmarks/trial_overhead.py --decompose --workers 2 --repeat 2 ;;
     trial_overhead) run trial_overhead benchmarks/trial_overhead.py --workers 1 2 4 --trials 3 --epochs 3 ;;
     overhead)       run overhead benchmarks/overhead.py 2 --trials 4 --epochs 6 --workers 2 --concurrency 2 ;;
     efficiency)     run efficiency benchmarks/efficiency.py both --trials 4 --epochs 6 ;;
