@@ -21,6 +21,7 @@ from typing import Any
 
 from sweeps import paths, schedule
 from sweeps.errors import BadInput, Locked, Regressed, SweepsError
+from sweeps.tracking import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,6 @@ BASIC_SEARCHERS = ("BasicVariantGenerator",)  # accept partial points; the other
 
 
 # --- the lock -----------------------------------------------------------------------------------------------
-
-
-def _alive(pid: int) -> bool:
-    from sweeps.tracking import pid_alive
-
-    return pid_alive(pid)
 
 
 def _holder_text(info: dict[str, Any]) -> str:
@@ -81,7 +76,7 @@ def schedule_lock(name: str) -> Iterator[dict[str, Any]]:
                          f"{path}); this run exits without starting a sweep") from None
         old = _read_holder(fd)
         if old.get("pid"):
-            gone = not _alive(int(old["pid"])) if old.get("host") == socket.gethostname() else True
+            gone = not pid_alive(int(old["pid"])) if old.get("host") == socket.gethostname() else True
             log.warning("schedule %s: taking over a stale lock left by %s (%s)", name, _holder_text(old),
                         "process is gone" if gone else "it no longer holds the lock")
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "schedule": name}

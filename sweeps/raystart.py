@@ -17,8 +17,8 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
 
     The default 2 s health-check interval makes each ``ray.train.report`` cost ~1.85 s (RAY_NOTES §3).
     Train's structured JSON logs (nobody reads them: the trial's own logs and MLflow are the record) and,
-    on the embedded local Ray (no node can be preempted), the preemption watcher are switched off: about
-    1-2 s less per trial start (benchmarks/results/decompose.txt).
+    on the embedded local Ray (no node can be preempted), the preemption watcher are switched off: work
+    removed, though its time saving is within this machine's noise (benchmarks/RESULTS.md).
     """
     env = {
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(spec.cluster.health_check_interval_s),

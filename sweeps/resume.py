@@ -55,6 +55,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     from ray import tune
 
     from sweeps import tuner as tuner_mod
+    from sweeps.tune_logs import result_loggers
 
     rec = store.load(sweep_id)
     exp_dir = rec.experiment_dirs[-1]
@@ -71,8 +72,6 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         _reopen_parent(c, rec)
         rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid())
         tracker = runner.make_tracker(spec, rec)
-        from sweeps.tune_logs import result_loggers
-
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
         # The pickled run config holds the old callback objects; track with a fresh one (same parent run).

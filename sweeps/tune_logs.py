@@ -18,24 +18,20 @@ from typing import Any
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 
-def _staged(file_name: str, trial: Any) -> bool:
-    return bool(trial.local_path) and Path(trial.local_path, file_name).is_file()
+class _KeepStaged:
+    """Copy a trial's log file back from storage only when this driver has no staging copy of it."""
+
+    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
+        if not (trial.local_path and Path(trial.local_path, file_name).is_file()):
+            super()._restore_from_remote(file_name, trial)  # type: ignore[misc]
 
 
-class JsonLogger(JsonLoggerCallback):
+class JsonLogger(_KeepStaged, JsonLoggerCallback):
     """``result.json`` per trial; keeps this driver's rows across trial restarts."""
 
-    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
-        if not _staged(file_name, trial):
-            super()._restore_from_remote(file_name, trial)
 
-
-class CsvLogger(CSVLoggerCallback):
+class CsvLogger(_KeepStaged, CSVLoggerCallback):
     """``progress.csv`` per trial; keeps this driver's rows across trial restarts."""
-
-    def _restore_from_remote(self, file_name: str, trial: Any) -> None:
-        if not _staged(file_name, trial):
-            super()._restore_from_remote(file_name, trial)
 
 
 def result_loggers() -> list[Any]:

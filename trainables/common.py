@@ -63,6 +63,16 @@ def cached_arrays(name: str, build: Callable[[], dict[str, Any]]) -> dict[str, A
     return arrays
 
 
+def cached_split(name: str, build: Callable[[], dict[str, Any]]) -> tuple[Any, Any, Any, Any]:
+    """``(x_train, y_train, x_val, y_val)`` tensors of a split that ``build`` returns as numpy arrays
+    under the keys ``x_tr, y_tr, x_va, y_va``, through :func:`cached_arrays`."""
+    import torch
+
+    a = cached_arrays(name, build)
+    return (torch.from_numpy(a["x_tr"]), torch.from_numpy(a["y_tr"]), torch.from_numpy(a["x_va"]),
+            torch.from_numpy(a["y_va"]))
+
+
 def resume_checkpoint(config: dict[str, Any]) -> Any | None:
     """The checkpoint to resume from, or None for a fresh start.
 

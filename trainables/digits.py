@@ -28,17 +28,9 @@ def _split(seed: int, val_fraction: float) -> dict[str, Any]:
 
 def load_data(seed: int = 0, val_fraction: float = 0.2) -> tuple[Any, Any, Any, Any]:
     """Digits, standardized with train statistics, on a fixed split. Returns float32/int64 tensors."""
-    import torch
+    from trainables.common import cached_split
 
-    from trainables.common import cached_arrays
-
-    a = cached_arrays(f"digits-seed{seed}-val{val_fraction}", lambda: _split(seed, val_fraction))
-    return (
-        torch.from_numpy(a["x_tr"]),  # (N_train, 64)
-        torch.from_numpy(a["y_tr"]),
-        torch.from_numpy(a["x_va"]),  # (N_val, 64)
-        torch.from_numpy(a["y_va"]),
-    )
+    return cached_split(f"digits-seed{seed}-val{val_fraction}", lambda: _split(seed, val_fraction))
 
 
 def build_model(config: dict[str, Any]) -> Any:
