@@ -72,19 +72,29 @@ def test_pb2_explores_within_bounds(tmp_path: Path) -> None:
 
     env = SweepsEnv(tmp_path)
     try:
-        env.run("run", "+experiment=digits_pb2", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
-                "trainable.num_workers=1", "trainable.params.epochs=6", "scheduler.quantile_fraction=0.25",
+        # synch=true: PB2 perturbs once every trial reached the interval, so the bad trial (lr 1e-5) is in the
+        # bottom quantile for sure; asynchronously a fast bad trial can reach its interval before any peer has
+        # a score and never be perturbed (seen: 1 run in 3).
+        env.run("run", "+experiment=digits_pb2", "sweep.num_samples=3", "sweep.max_concurrent_trials=3",
+                "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler.synch=true",
+                "scheduler.perturbation_interval=1", "scheduler.quantile_fraction=0.25",
                 "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}",
                 "report.enabled=false", check=True, timeout=900)
         rec = _index(env)
-        records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 6, settled=True)
-        assert len(records) == 4 and all(r.status == "TERMINATED" for r in records)
+        records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 2, settled=True)
+        assert len(records) == 3 and all(r.status == "TERMINATED" for r in records)
         schedules = read_param_schedules(records)
         assert schedules, "PB2 never perturbed a trial"
-        for per_param in schedules.values():
-            # the first value is the searcher's sample (the test's space reaches below PB2's bounds on
-            # purpose, to make a bad trial); every value PB2 chose after it must lie within the bounds
-            for _, lr in per_param.get("lr", ())[1:]:
-                assert 1e-4 * (1 - 1e-6) <= lr <= 1e-1 * (1 + 1e-6)  # float32 round-trip of the bounds
+        assert any(seq[0][1] < 1e-4 for per_param in schedules.values() for seq in [per_param.get("lr", ())]
+                   if seq), f"the bad trial (lr < 1e-4) was not the one perturbed: {schedules}"
+        # the first value of a schedule is the searcher's sample (the test's space reaches below PB2's bounds on
+        # purpose, to make a bad trial); every value PB2 chose after it, and every new config PB2 logged (its
+        # GP's proposals once a trial has two points), must lie within the bounds
+        chosen = [lr for per_param in schedules.values() for _, lr in per_param.get("lr", ())[1:]]
+        log = Path(rec["experiment_dirs"][0], "pbt_global.txt").read_text().splitlines()
+        chosen += [json.loads(line)[5]["lr"] for line in log if line.strip()]
+        assert chosen
+        for lr in chosen:
+            assert 1e-4 * (1 - 1e-6) <= lr <= 1e-1 * (1 + 1e-6)  # float32 round-trip of the bounds
     finally:
         env.cleanup()
