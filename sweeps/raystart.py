@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from sweeps.config import SweepSpec
@@ -69,7 +70,30 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
                        ) from None
 
 
+_stopping: threading.Thread | None = None
+
+
+def stop_in_background() -> None:
+    """Begin shutting Ray down on a helper thread (its processes take 1-2 s to go); ``stop()`` waits for it.
+
+    The run pipeline calls this once the trials' results are read, so the report is drawn while Ray stops.
+    """
+    global _stopping
+    if _stopping is None:
+        _stopping = threading.Thread(target=_shutdown, name="sweeps-ray-stop", daemon=True)
+        _stopping.start()
+
+
 def stop() -> None:
+    """Stop Ray (or wait for a shutdown begun by ``stop_in_background``)."""
+    global _stopping
+    if _stopping is not None:
+        _stopping.join()
+        _stopping = None
+    _shutdown()
+
+
+def _shutdown() -> None:
     import ray
 
     if ray.is_initialized():

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,20 +265,29 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     check_remote(spec)
     tracking.probe(spec.tracking.uri)
     check_storage(spec)
-    c = tracking.client(spec.tracking.uri)
-    tracking.close_stale_runs(c)
     # Ray's processes (and trainables that keep data under $SWEEPS_HOME) must see the same state folder.
     os.environ["SWEEPS_HOME"] = str(paths.home())
     builtin = ("CPU", "GPU", "memory", "object_store_memory")
     custom = {k: v for k, v in pre.resources.total.items() if k not in builtin} if pre else None
-    raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
+    # Opening the MLflow store (import, SQLAlchemy engine, closing a dead driver's runs: ~1.5 s) overlaps
+    # Ray's start-up, which mostly waits on its own processes.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeps-mlflow") as pool:
+        opening = pool.submit(_open_store, spec.tracking.uri)
+        raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
     try:
+        c = opening.result()
         the_plan = pre or plan.make_plan(spec, plan.cluster_resources(), local=False)
         if not local:
             check_shared_storage(spec)
         yield the_plan, c
     finally:
         raystart.stop()
+
+
+def _open_store(uri: str) -> Any:
+    c = tracking.client(uri)
+    tracking.close_stale_runs(c)
+    return c
 
 
 def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None = None,
@@ -358,6 +368,9 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             log.warning("MLflow: could not finish the parent run (%s); `sweeps sync %s` retries", exc,
                         rec.sweep_id)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
+    from sweeps import raystart
+
+    raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
         out.report_paths = _report(rec, records_, summ, spec, c)
     if spec.promote.enabled and status == "finished":
