@@ -6,6 +6,7 @@ result.json), and the ratios. Goal: ASHA >= 99% of random's best with <= 1/3 of 
 asynchronous: which trials it stops depends on the order results arrive, so repeat with several seeds.
 
     python benchmarks/asha_economy.py [--trials 12] [--epochs 12] [--seeds 0 1 2] [--sweeps-arg KEY=VALUE ...]
+        [--asha-arg KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--sweeps-arg", action="append", default=[], help="extra override for both sweeps")
+    p.add_argument("--asha-arg", action="append", default=[],
+                   help="extra override for the ASHA sweep only (e.g. scheduler.reduction_factor=3)")
     return p.parse_args()
 
 
@@ -35,7 +38,8 @@ def sweep(scheduler: str, seed: int, a: argparse.Namespace) -> dict[str, Any]:
     try:
         wall, rec = run_sweeps(["run", "+experiment=digits_asha", f"scheduler={scheduler}",
                                 f"sweep.num_samples={a.trials}", f"trainable.params.epochs={a.epochs}",
-                                f"sweep.seed={seed}", *a.sweeps_arg], home)
+                                f"sweep.seed={seed}", *a.sweeps_arg,
+                                *(a.asha_arg if scheduler == "asha" else [])], home)
         rows = trial_rows(rec)
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -46,7 +50,8 @@ def sweep(scheduler: str, seed: int, a: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     a = parse_args()
-    print(f"asha_economy: {a.trials} trials x {a.epochs} epochs (digits_asha), seeds {a.seeds}; load {load_average()}")
+    print(f"asha_economy: {a.trials} trials x {a.epochs} epochs (digits_asha), seeds {a.seeds}, ASHA overrides "
+          f"{a.asha_arg or 'none'}; load {load_average()}")
     for seed in a.seeds:
         fifo = sweep("fifo", seed, a)
         asha = sweep("asha", seed, a)

@@ -26,7 +26,8 @@ for name in "${@:-${ALL[@]}}"; do
     trial_overhead) run trial_overhead benchmarks/trial_overhead.py --workers 1 2 4 --trials 3 --epochs 3 ;;
     overhead)       run overhead benchmarks/overhead.py 2 --trials 4 --epochs 6 --workers 2 --concurrency 2 ;;
     efficiency)     run efficiency benchmarks/efficiency.py both --trials 4 --epochs 6 ;;
-    asha_economy)   run asha_economy benchmarks/asha_economy.py --trials 8 --epochs 9 --seeds 0 ;;
+    asha_economy)   run asha_economy benchmarks/asha_economy.py --trials 12 --epochs 12 --seeds 0 1 \
+                      --asha-arg scheduler.grace_period=1 --asha-arg scheduler.reduction_factor=3 ;;
     mlflow_share)   run mlflow_share benchmarks/mlflow_share.py sweep.num_samples=8 ;;
     scale)          run scale benchmarks/scale.py --trials 1000 --modes raw sweeps --report-trials 10000 ;;
     *) echo "unknown benchmark: $name (one of: ${ALL[*]})" >&2; exit 2 ;;

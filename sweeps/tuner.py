@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,32 @@ def count_limit(spec: SweepSpec, plan: Plan) -> int | None:
     return None if spec.cluster.mode == "local" else plan.concurrent_trials
 
 
+class FinalEpoch:
+    """Tune stopper: a trial that reported its last epoch is done, before the scheduler sees that result.
+
+    Schedulers that pause trials (PBT/PB2 waiting for a perturbation, HyperBand at a rung, median stopping
+    yielding) would otherwise pause a trial at its final epoch, and resuming it restarts a whole Train worker
+    group only to find nothing left to train (or PBT clones a donor into a trial that has no epochs left).
+    The budget is the trial's own ``epochs`` (it may be searched) or the trainable's fixed one.
+    """
+
+    def __init__(self, epochs: int | None) -> None:
+        self.epochs = epochs
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        config = result.get("config") or {}
+        budget = config.get("epochs", self.epochs) if isinstance(config, dict) else self.epochs
+        epoch = result.get("epoch")
+        return isinstance(budget, (int, float)) and isinstance(epoch, (int, float)) and epoch >= budget
+
+
+def pauses_trials(scheduler: Any) -> bool:
+    """Whether Ray's scheduler can pause a trial (and so resume it later in a new worker group)."""
+    from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
+
+    return isinstance(scheduler, (PopulationBasedTraining, HyperBandScheduler, MedianStoppingRule))
+
+
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
                 num_samples: int | None = None, name: str | None = None) -> Any:
@@ -166,11 +193,13 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
 
     from sweeps.tune_logs import result_loggers
 
+    scheduler = build_scheduler(spec)
+    epochs = spec.trainable.params.get("epochs")
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
         search_alg=searcher if searcher is not None else build_searcher(spec, count_limit(spec, plan) or 0, points),
-        scheduler=build_scheduler(spec),
+        scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
         max_concurrent_trials=count_limit(spec, plan),
         time_budget_s=spec.sweep.time_budget_s,
@@ -185,6 +214,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        stop=FinalEpoch(epochs if isinstance(epochs, int) else None) if pauses_trials(scheduler) else None,
         verbose=1,
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

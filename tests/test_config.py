@@ -161,3 +161,19 @@ def test_missing_required_argument_exits_2(capsys: pytest.CaptureFixture[str]) -
         cli.main(["promote"])
     assert exc.value.code == 2
     assert "SWEEP_ID" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scheduler, pauses", [("pbt", True), ("pb2", True), ("hyperband", True),
+                                               ("median", True), ("asha", False), ("fifo", False)])
+def test_schedulers_that_pause_stop_trials_at_their_final_epoch(scheduler: str, pauses: bool) -> None:
+    from sweeps.tuner import FinalEpoch, build_scheduler, pauses_trials
+
+    extra = ["scheduler.hyperparam_mutations={lr: {dist: uniform, low: 0.001, high: 0.1}}"] if scheduler == "pbt" \
+        else ["scheduler.hyperparam_bounds={lr: [0.001, 0.1]}"] if scheduler == "pb2" else []
+    spec = config.build_spec(compose.compose(["+experiment=quickstart", f"scheduler={scheduler}", *extra]))
+    assert pauses_trials(build_scheduler(spec)) is pauses
+    stop = FinalEpoch(4)
+    assert not stop("t", {"epoch": 3, "config": {"lr": 0.1}})
+    assert stop("t", {"epoch": 4, "config": {"lr": 0.1}})
+    assert not stop("t", {"epoch": 4, "config": {"epochs": 6}}), "a searched epoch budget wins"
+    assert not stop("t", {"training_iteration": 9}), "no epoch reported: Tune's own end decides"

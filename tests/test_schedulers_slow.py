@@ -25,7 +25,7 @@ def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> No
     env = SweepsEnv(tmp_path)
     try:
         env.run("run", "+experiment=digits_pbt", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
-                "trainable.num_workers=2", "trainable.params.epochs=8", "scheduler.perturbation_interval=2",
+                "trainable.num_workers=2", "trainable.params.epochs=4", "scheduler.perturbation_interval=2",
                 "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}", "report.enabled=true",
                 check=True, timeout=900)
         rec = _index(env)
@@ -72,11 +72,11 @@ def test_pb2_explores_within_bounds(tmp_path: Path) -> None:
 
     env = SweepsEnv(tmp_path)
     try:
-        # synch=true: PB2 perturbs once every trial reached the interval, so the bad trial (lr 1e-5) is in the
-        # bottom quantile for sure; asynchronously a fast bad trial can reach its interval before any peer has
-        # a score and never be perturbed (seen: 1 run in 3).
+        # digits_pb2 is synchronous: PB2 perturbs once every trial reached the interval, so the bad trial (lr
+        # 1e-5) is in the bottom quantile for sure; asynchronously a fast bad trial can reach its interval
+        # before any peer has a score and never be perturbed (seen: 1 run in 3).
         env.run("run", "+experiment=digits_pb2", "sweep.num_samples=3", "sweep.max_concurrent_trials=3",
-                "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler.synch=true",
+                "trainable.num_workers=1", "trainable.params.epochs=2",
                 "scheduler.perturbation_interval=1", "scheduler.quantile_fraction=0.25",
                 "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}",
                 "report.enabled=false", check=True, timeout=900)
