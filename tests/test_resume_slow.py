@@ -149,7 +149,7 @@ def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
                          "search_space.lr={dist: choice, values: [0.03]}", "trainable.params.epochs=10",
                          "failure.worker_max_failures=2")
         wait_for(lambda: _progress(env, 3), 480, what="three reported epochs")
-        pids = wait_for(lambda: _train_worker_pids(env), 30, what="Train worker processes")
+        pids = wait_for(lambda: _train_worker_pids(env), 120, what="Train worker processes")
         os.kill(pids[-1], signal.SIGKILL)
         t_kill = time.monotonic()
         out, _ = proc.communicate(timeout=400)

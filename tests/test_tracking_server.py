@@ -280,7 +280,7 @@ def test_ui_serves_the_sqlite_store_with_its_artifacts_until_ctrl_c(sweeps_env: 
         assert [f["path"] for f in listed["files"]] == ["hello.txt"]
         assert _get(f"{base}/get-artifact?path=hello.txt&run_uuid={run_id}") == b"artifact body"
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
