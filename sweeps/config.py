@@ -54,6 +54,12 @@ class TrainableCfg:
     datasets: str | None = None  # dotted path: build_datasets(config) -> {"train": ray.data.Dataset, ...}
 
     @property
+    def epochs(self) -> int | None:
+        """The fixed epoch budget of every trial (``params.epochs``), or None when it is not an int."""
+        e = self.params.get("epochs")
+        return e if isinstance(e, int) and not isinstance(e, bool) else None
+
+    @property
     def cpus_per_worker(self) -> float:
         return float(self.resources_per_worker.get("CPU", 1))
 

@@ -153,9 +153,8 @@ def previous_top_k(prev: Any, spec: Any) -> list[dict[str, Any]]:
     k = spec.schedule.warm_start_top_k
     if k <= 0:
         return []
-    epochs = spec.trainable.params.get("epochs")
-    records = load_records(prev.experiment_dirs, spec.sweep.metric, spec.sweep.mode,
-                           epochs if isinstance(epochs, int) else None, settled=True)
+    records = load_records(prev.experiment_dirs, spec.sweep.metric, spec.sweep.mode, spec.trainable.epochs,
+                           settled=True)
     summ = collect(records, spec.sweep.metric, spec.sweep.mode, top_k=k)
     return [dict(row.params) for row in summ.leaderboard]
 

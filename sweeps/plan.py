@@ -164,12 +164,11 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
     total_t = total_trials(spec)
     if total_t is not None:
         conc = min(conc, total_t)
-    epochs = spec.trainable.params.get("epochs")
     if local:
         res = Resources(total={**res.total, TRIAL_SLOT: float(max(1, conc))}, nodes=res.nodes)
     return Plan(
         per_trial=need, worker_bundle=bundle, concurrent_trials=max(1, conc), total_trials=total_t,
-        max_epochs=int(epochs) if isinstance(epochs, int) else None, resources=res,
+        max_epochs=spec.trainable.epochs, resources=res,
         num_cpus_to_start=res.total["CPU"] if local else None, data_cpus=1.0 if spec.trainable.datasets else 0.0,
     )
 

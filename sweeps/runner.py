@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps import compose, config, paths, plan, store, summary, tracking
+from sweeps import compose, config, paths, plan, raystart, store, summary, tracking
 from sweeps.config import SweepSpec
 from sweeps.errors import BadInput
 
@@ -258,8 +258,6 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
 
     Order matters: the plan and the tracking/storage probes run before anything is written.
     """
-    from sweeps import raystart
-
     local = spec.cluster.mode == "local"
     pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
     check_remote(spec)
@@ -326,12 +324,11 @@ def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
 
     secrets: set[str] = set()
     security.redact(spec.raw, secrets)
-    epochs = spec.trainable.params.get("epochs")
     return tracking.make_callback(
         uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
         sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
         fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
-        log_checkpoints=spec.tracking.log_checkpoints, epochs=epochs if isinstance(epochs, int) else None,
+        log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
         secrets=secrets,
     )
 
@@ -353,7 +350,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
         tracker.close_open("KILLED")
         records_ = _records(spec, rec, settled=status == "finished")
         summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
-                               max_epochs=_epochs(spec), wall_s=wall, slots=rec.slots)
+                               max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots)
         budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
         if status == "finished" and summ.counts["unfinished"] and not budget_hit:
             interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
@@ -368,8 +365,6 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             log.warning("MLflow: could not finish the parent run (%s); `sweeps sync %s` retries", exc,
                         rec.sweep_id)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
-    from sweeps import raystart
-
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
         out.report_paths = _report(rec, records_, summ, spec, c)
@@ -378,16 +373,12 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     return out
 
 
-def _epochs(spec: SweepSpec) -> int | None:
-    e = spec.trainable.params.get("epochs")
-    return int(e) if isinstance(e, int) else None
-
-
 def _records(spec: SweepSpec, rec: store.SweepRecord, settled: bool) -> list[Any]:
     from sweeps.results import load_records
 
     try:
-        return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, _epochs(spec), settled=settled)
+        return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, spec.trainable.epochs,
+                            settled=settled)
     except Exception as exc:  # a sweep that died before Tune wrote its state has no trials
         log.warning("could not read trial results from %s (%s)", rec.experiment_dirs, exc)
         return []

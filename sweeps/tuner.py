@@ -194,7 +194,6 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     from sweeps.tune_logs import result_loggers
 
     scheduler = build_scheduler(spec)
-    epochs = spec.trainable.params.get("epochs")
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
@@ -214,7 +213,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=FinalEpoch(epochs if isinstance(epochs, int) else None) if pauses_trials(scheduler) else None,
+        stop=FinalEpoch(spec.trainable.epochs) if pauses_trials(scheduler) else None,
         verbose=1,
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.
