@@ -19,6 +19,12 @@ BASE = ["+experiment=quickstart", "scheduler=fifo", "sweep.max_concurrent_trials
         "report.enabled=false", "checkpoint.num_to_keep=2"]
 
 
+# A wider net: about 1 s an epoch on 2 busy cores (mostly the 2-worker allreduce and the per-epoch checkpoint), so
+# a test that must act mid-trial has seconds to do it; the quickstart's 64-unit net runs 10 epochs between two polls.
+WIDE = ["search_space.hidden_size={dist: choice, values: [1024]}",
+        "search_space.batch_size={dist: choice, values: [32]}", "trainable.params.num_layers=3"]
+
+
 def _index(env: SweepsEnv) -> dict | None:
     paths = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
     return json.loads(paths[0].read_text()) if len(paths) == 1 else None
@@ -85,8 +91,8 @@ def _finish_and_check(env: SweepsEnv, n_trials: int, epochs: int) -> dict:
 def test_ctrl_c_leaves_no_running_run_then_resume_finishes(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.popen("run", *BASE, "sweep.num_samples=2", "trainable.params.epochs=8")
-        wait_for(lambda: _progress(env, 2), 480, what="two reported epochs")
+        proc = env.popen("run", *BASE, *WIDE, "sweep.num_samples=2", "trainable.params.epochs=8")
+        wait_for(lambda: _progress(env, 2), 480, interval=0.2, what="two reported epochs")
         os.kill(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 130, out[-3000:]
@@ -157,16 +163,13 @@ def _last_epoch(env: SweepsEnv) -> int:
 
 
 def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
-    # A wider net (about 1 s an epoch here, mostly the 2-worker allreduce and the per-epoch checkpoint) leaves a
-    # window of several seconds in which to find and kill a worker mid-trial; with the quickstart's 64-unit net
-    # the 10 epochs could end between two polls and there was nothing left to kill (CI, stop 14).
+    # WIDE leaves seconds to find and kill a worker mid-trial; with the quickstart's net the 10 epochs once ended
+    # between two polls and there was nothing left to kill (CI, stop 14).
     epochs = 14
     env = SweepsEnv(tmp_path)
     try:
         proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
-                         "search_space.lr={dist: choice, values: [0.01]}",
-                         "search_space.hidden_size={dist: choice, values: [1024]}",
-                         "search_space.batch_size={dist: choice, values: [32]}", "trainable.params.num_layers=3",
+                         "search_space.lr={dist: choice, values: [0.01]}", *WIDE,
                          f"trainable.params.epochs={epochs}", "failure.worker_max_failures=2")
         wait_for(lambda: _last_epoch(env) >= 1 or proc.poll() is not None, 480, what="a first reported epoch")
 
