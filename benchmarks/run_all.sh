@@ -25,7 +25,8 @@ for name in "${@:-${ALL[@]}}"; do
     decompose)      run decompose benchmarks/trial_overhead.py --decompose --workers 2 --repeat 2 ;;
     trial_overhead) run trial_overhead benchmarks/trial_overhead.py --workers 1 2 4 --trials 3 --epochs 3 ;;
     overhead)       run overhead benchmarks/overhead.py 2 --trials 4 --epochs 6 --workers 2 --concurrency 2 ;;
-    efficiency)     run efficiency benchmarks/efficiency.py both --trials 4 --epochs 6 ;;
+    efficiency)     run efficiency benchmarks/efficiency.py long --trials 2 --concurrency 2 --workers 1 --epochs 50 \
+                      --long-hidden 2560 --long-batch 32 ;;
     asha_economy)   run asha_economy benchmarks/asha_economy.py --trials 12 --epochs 12 --seeds 0 1 \
                       --asha-arg scheduler.grace_period=1 --asha-arg scheduler.reduction_factor=3 ;;
     mlflow_share)   run mlflow_share benchmarks/mlflow_share.py sweep.num_samples=8 ;;
