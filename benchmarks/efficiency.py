@@ -133,9 +133,9 @@ def evaluate(case: str, a: argparse.Namespace, fixed: dict[str, Any]) -> None:
           f"for epochs >= 2 s")
     # Where the rest goes, per trial: its first row carries the start-up (Tune start -> first epoch), the later rows
     # one epoch each (training + report + checkpoint through Train and Tune).
-    startups = [v[0]["time_this_iter_s"] - median(r["time_this_iter_s"] for r in v[1:]) for v in rows.values()
-                if len(v) > 1]
-    steady = [median(r["time_this_iter_s"] for r in v[1:]) for v in rows.values() if len(v) > 1]
+    runs = [v for v in rows.values() if len(v) > 1]
+    steady = [median(r["time_this_iter_s"] for r in v[1:]) for v in runs]
+    startups = [v[0]["time_this_iter_s"] - s for v, s in zip(runs, steady, strict=True)]
     if steady:
         one = median(epoch_s.values())
         print(f"[{case}] per trial: start-up ~{median(startups):.1f} s (median); steady epoch {median(steady):.2f} s "

@@ -43,14 +43,19 @@ def _rows(trial_dir: Path) -> list[dict]:
     return rows
 
 
-def _progress(env: SweepsEnv, min_rows: int) -> bool:
+def _trial_rows(env: SweepsEnv) -> list[list[dict]] | None:
+    """Each trial's rows in the sweep's latest experiment, or None until Tune has saved its experiment state."""
     rec = _index(env)
     if not rec:
-        return False
+        return None
     exp = Path(rec["experiment_dirs"][-1])
     if not list(exp.glob("experiment_state-*.json")):
-        return False
-    return any(len(_rows(d)) >= min_rows for d in exp.iterdir() if d.is_dir())
+        return None
+    return [_rows(d) for d in exp.iterdir() if d.is_dir()]
+
+
+def _progress(env: SweepsEnv, min_rows: int) -> bool:
+    return any(len(rows) >= min_rows for rows in _trial_rows(env) or [])
 
 
 def _children(env: SweepsEnv, rec: dict) -> list:
@@ -154,12 +159,7 @@ def _train_worker_pids(env: SweepsEnv) -> list[int]:
 
 
 def _last_epoch(env: SweepsEnv) -> int:
-    rec = _index(env)
-    if not rec:
-        return 0
-    exp = Path(rec["experiment_dirs"][-1])
-    epochs = [r.get("epoch", 0) for d in exp.iterdir() if d.is_dir() for r in _rows(d)] if exp.is_dir() else []
-    return max(epochs, default=0)
+    return max((r.get("epoch", 0) for rows in _trial_rows(env) or [] for r in rows), default=0)
 
 
 def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
