@@ -242,6 +242,7 @@ class _Tracker:
         self.secrets = set(secrets)
         self.timer = _Timer()
         self.runs: dict[str, str] = {}  # trial id -> run id
+        self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.buffers: dict[str, list[Any]] = {}
         self.best_ckpt: dict[str, tuple[float, str, int]] = {}  # trial id -> (score, path, iteration)
         self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
@@ -252,6 +253,7 @@ class _Tracker:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
+        state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
         return state
 
     # -- plumbing ---------------------------------------------------------------------------------------
@@ -280,6 +282,7 @@ class _Tracker:
                       TAG_KIND: "trial", TAG_DRIVER: driver_id()},
             )
             self.runs[tid] = run.info.run_id
+            self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
             sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
             log_params(self.client, run.info.run_id, {**self.fixed_params, **sampled})
         return self.runs[tid]
@@ -324,9 +327,12 @@ class _Tracker:
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         try:
             run_id = self._run_for(trial)
-            with self.timer:
+            if run_id in self.opened:
+                return  # new this sweep, or still RUNNING from this driver (a PBT pause and restart)
+            with self.timer:  # a resumed sweep's run: it was closed as KILLED by the driver that died
                 self.client.update_run(run_id, status="RUNNING")
                 self.client.set_tag(run_id, TAG_DRIVER, driver_id())
+            self.opened.add(run_id)
         except Exception as exc:
             log.warning("MLflow: could not open the run of %s (%s); metrics stay buffered", trial, exc)
 
@@ -425,6 +431,7 @@ class _Tracker:
                         self.client.log_artifacts(run_id, ckpt, artifact_path="checkpoint")
                     set_tags(self.client, run_id, tags)
                     self.client.set_terminated(run_id, status=status)
+                self.opened.discard(run_id)
                 del self.finals[tid]
             except Exception as exc:
                 log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
