@@ -27,7 +27,7 @@ for name in "${@:-${ALL[@]}}"; do
     overhead)       run overhead benchmarks/overhead.py 2 --trials 4 --epochs 6 --workers 2 --concurrency 2 ;;
     efficiency)     run efficiency benchmarks/efficiency.py long --trials 2 --concurrency 2 --workers 1 --epochs 50 \
                       --long-hidden 2560 --long-batch 32 ;;
-    asha_economy)   run asha_economy benchmarks/asha_economy.py --trials 12 --epochs 12 --seeds 0 1 \
+    asha_economy)   run asha_economy benchmarks/asha_economy.py --trials 24 --epochs 12 --seeds 0 1 \
                       --asha-arg scheduler.grace_period=1 --asha-arg scheduler.reduction_factor=4 ;;
     mlflow_share)   run mlflow_share benchmarks/mlflow_share.py sweep.num_samples=8 ;;
     scale)          run scale benchmarks/scale.py --trials 1000 --modes raw sweeps --report-trials 10000 ;;
