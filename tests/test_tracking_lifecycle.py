@@ -26,8 +26,7 @@ def _tracker(uri: str) -> tracking._Tracker:
 
 
 def _trial(tid: str) -> SimpleNamespace:
-    return SimpleNamespace(trial_id=tid, config={"lr": 0.01}, last_result={}, num_failures=0, path="",
-                           __str__=lambda: tid)
+    return SimpleNamespace(trial_id=tid, config={"lr": 0.01}, last_result={}, num_failures=0, path="")
 
 
 def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> None:
