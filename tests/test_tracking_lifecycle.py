@@ -25,16 +25,18 @@ def _tracker(uri: str) -> tracking._Tracker:
                              metric="val/acc", mode="max", fixed_params={"epochs": 2}, epochs=2)
 
 
-def _trial(tid: str) -> SimpleNamespace:
-    return SimpleNamespace(trial_id=tid, config={"lr": 0.01}, last_result={}, num_failures=0, path="")
-
-
-def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> None:
+def _started(tmp_path: Path, tid: str) -> tuple[str, tracking._Tracker, SimpleNamespace]:
+    """A tracker on a fresh SQLite store that has seen one trial start: (uri, tracker, trial)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     t = _tracker(uri)
     t.setup()
-    trial = _trial("a_00000")
+    trial = SimpleNamespace(trial_id=tid, config={"lr": 0.01}, last_result={}, num_failures=0, path="")
     t.on_trial_start(0, [trial], trial)
+    return uri, t, trial
+
+
+def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> None:
+    uri, t, trial = _started(tmp_path, "a_00000")
     run = mlflow_client(uri).get_run(t.runs["a_00000"])
     assert run.info.status == "RUNNING"
     assert run.data.tags[tracking.TAG_DRIVER] == tracking.driver_id()
@@ -50,11 +52,7 @@ def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> Non
 
 
 def test_restored_tracker_reopens_runs_a_dead_driver_left_killed(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    first = _tracker(uri)
-    first.setup()
-    trial = _trial("b_00000")
-    first.on_trial_start(0, [trial], trial)
+    uri, first, trial = _started(tmp_path, "b_00000")
     run_id = first.runs["b_00000"]
     first.close_open("KILLED")  # what the dying driver's cleanup (or close_stale_runs) leaves behind
     assert mlflow_client(uri).get_run(run_id).info.status == "KILLED"
