@@ -320,12 +320,12 @@ class ForeignLoad:
 
 # (module, function) pairs of the `sweeps run` pipeline, timed by phase_timers(), in pipeline order.
 SWEEPS_PHASES = (
-    ("sweeps.runner", "prepare"), ("sweeps.tracking", "probe"), ("sweeps.runner", "check_storage"),
-    ("sweeps.tracking", "client"),
-    ("sweeps.tracking", "close_stale_runs"), ("sweeps.raystart", "start"), ("sweeps.runner", "open_parent"),
-    ("sweeps.runner", "make_tracker"), ("sweeps.tuner", "build_tuner"), ("sweeps.runner", "_records"),
-    ("sweeps.summary", "collect"), ("sweeps.runner", "finish_parent"), ("sweeps.runner", "_report"),
-    ("sweeps.raystart", "stop"),
+    ("sweeps.ops.prepare", "prepare"), ("sweeps.tracking.client", "probe"),
+    ("sweeps.execution.storage", "check_storage"), ("sweeps.tracking.client", "client"),
+    ("sweeps.tracking.client", "close_stale_runs"), ("sweeps.execution.raystart", "start"),
+    ("sweeps.ops.run", "open_parent"), ("sweeps.ops.run", "make_tracker"), ("sweeps.execution.tuner", "build_tuner"),
+    ("sweeps.ops.run", "_records"), ("sweeps.reports.summary", "collect"), ("sweeps.ops.run", "finish_parent"),
+    ("sweeps.ops.run", "_report"), ("sweeps.execution.raystart", "stop"),
 )
 
 

@@ -8,7 +8,7 @@ as sweeps/raystart.py (0.1 s) unless --health-check says otherwise. No MLflow, n
 
 Bridge (--bridge): ``callback`` = Ray's own ``TuneReportCallback`` (metrics only; Tune gets no checkpoint),
 the minimal script Ray's docs show; ``queue`` = the same UserCallback + 0-CPU queue bridge `sweeps` uses
-(RAY_NOTES section 4), which also hands each checkpoint to Tune (one more copy per epoch).
+(docs/ray.md, "The Train -> Tune bridge"), which also hands each checkpoint to Tune (one more copy per epoch).
 
     python benchmarks/handwritten.py [--trials 6] [--epochs 8] [--workers 2] [--concurrency 2] [--seed 0]
         [--scheduler fifo|asha] [--space digits_small|digits] [--bridge callback|queue] [--health-check 0.1]
@@ -178,7 +178,7 @@ def build_tuner(args: argparse.Namespace, storage: str) -> Any:
         param_space=param_space(args.space, set(params)),
         tune_config=tune.TuneConfig(
             metric="val/acc", mode="max", num_samples=args.trials, scheduler=scheduler,
-            # An instance ignores max_concurrent_trials (RAY_NOTES section 5): it gets its own limit.
+            # An instance ignores max_concurrent_trials (docs/ray.md): it gets its own limit.
             search_alg=BasicVariantGenerator(random_state=args.seed, max_concurrent=args.concurrency),
             max_concurrent_trials=args.concurrency,
         ),
@@ -189,7 +189,7 @@ def build_tuner(args: argparse.Namespace, storage: str) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.health_check)  # before ray.init (RAY_NOTES 3)
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.health_check)  # before ray.init (docs/ray.md)
     import ray
 
     storage = args.storage or tempfile.mkdtemp(prefix="handwritten-")

@@ -4,7 +4,7 @@ Usage: python benchmarks/mlflow_share.py [--timeout S] [override ...]     (e.g. 
 Runs ``python -m sweeps run +experiment=digits_asha [overrides]`` with the default embedded SQLite store
 in a private SWEEPS_HOME, then reads the parent run's ``sweeps/mlflow_seconds`` (time the driver's tracking
 callback spent in MLflow calls) and ``sweeps/wall_s`` (the sweep's ``Tuner.fit`` wall time), both logged
-by ``sweeps.runner``. Takes ~5 minutes on 2 idle cores. After ``--timeout`` seconds (default 1800) or on
+by ``sweeps.ops.run``. Takes ~5 minutes on 2 idle cores. After ``--timeout`` seconds (default 1800) or on
 Ctrl-C the sweep is interrupted gracefully (SIGINT) and the share of the part that ran is reported.
 Exit code 1 when the share is above the goal or the sweep left no parent run to read.
 """

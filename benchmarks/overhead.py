@@ -120,14 +120,14 @@ def show(name: str, i: int, r: dict[str, Any]) -> None:
 def phases_child(a: argparse.Namespace) -> None:
     """In a fresh process: import the CLI, time each pipeline stage of one `sweeps run`."""
     t_imports = time.perf_counter()
-    from sweeps import cli
+    from sweeps.cli import main as cli_main
 
     imports = time.perf_counter() - t_imports
     t = time.perf_counter()
     timers = phase_timers()  # imports the pipeline's modules (cli.main would import them later)
     pipeline_imports = time.perf_counter() - t
     t = time.perf_counter()
-    rc = cli.main(sweeps_overrides(a))
+    rc = cli_main.main(sweeps_overrides(a))
     main_s = time.perf_counter() - t
     tracker = timers.pop("tracker", [None])[0]
     out = {k: sum(v) for k, v in timers.items()}

@@ -12,8 +12,8 @@ import math
 import random
 import time
 
-from sweeps import report, summary
-from sweeps.results import TrialRecord
+from sweeps.reports import formats, summary
+from sweeps.reports.results import TrialRecord
 from sweeps.store import SweepRecord
 
 METRIC = "val/acc"
@@ -98,10 +98,10 @@ def main() -> None:
         )
         times["collect"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        csv_text = report.csv_text(summ)
+        csv_text = formats.csv_text(summ)
         times["csv"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        md_text = report.markdown(rec, summ)
+        md_text = formats.markdown(rec, summ)
         times["md"].append(time.perf_counter() - t)
 
     best = {k: min(v) for k, v in times.items()}

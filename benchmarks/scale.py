@@ -3,11 +3,11 @@
 Three ways to run the same Tune sweep (random search, FIFO, the same concurrency and logical CPUs), each in
 a fresh process, alternating:
   raw         a bare ``tune.Tuner`` (what Ray itself costs per trial: an actor, results, experiment state);
-  raw+mlflow  the same plus `sweeps`' tracking callback (``sweeps.tracking.make_callback``, SQLite store):
+  raw+mlflow  the same plus `sweeps`' tracking callback (``sweeps.tracking.callback.make_callback``, SQLite store):
               a child run per trial, batched metrics, final statuses;
   sweeps      `sweeps`' whole run pipeline in-process (``runner.prepare`` + ``runner.execute``: MLflow parent
               run, index record, tracking callback, results read back, summary, report) with
-              ``sweeps.tuner.trainable`` swapped for the trivial function trainable. `sweeps` has no
+              ``sweeps.execution.tuner.trainable`` swapped for the trivial function trainable. `sweeps` has no
               function-trainable option today (see RESULTS.md for the proposed ``trainable.kind``); this
               swap is what that option would do.
 Then runs benchmarks/report_scale.py (collect + CSV + Markdown on 10,000 synthetic trials, goal <= 2 s).
@@ -84,13 +84,14 @@ def raw_tuner(a: argparse.Namespace, storage: str, callbacks: list[Any]) -> Any:
 
 
 def tracker_for(home: Path, reports: int) -> Any:
-    from sweeps import tracking
+    from sweeps.tracking import callback
+    from sweeps.tracking import client as tracking
 
     uri = f"sqlite:///{home / 'mlflow.db'}"
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(c, "scale", uri)
     parent = c.create_run(exp, run_name="scale", tags={tracking.TAG_SWEEP: "scale", tracking.TAG_KIND: "sweep"})
-    return tracking.make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="scale",
+    return callback.make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="scale",
                                   metric=METRIC, mode="max", fixed_params={"epochs": reports}, epochs=reports)
 
 
@@ -118,14 +119,16 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
 def child_sweeps(a: argparse.Namespace, home: Path) -> dict[str, Any]:
     from ray import tune
 
-    from sweeps import runner, tuner
+    from sweeps.execution import tuner
+    from sweeps.ops import prepare
+    from sweeps.ops import run as runner
 
     def function_trainable(spec: Any, sweep_id: str) -> Any:
         fn = tune.with_parameters(trivial, reports=a.reports)
         return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources})
 
     tuner.trainable = function_trainable  # the proposed `trainable.kind: function`, from outside
-    spec = runner.prepare(sweeps_overrides(a))
+    spec = prepare.prepare(sweeps_overrides(a))
     t = time.perf_counter()
     outcome = runner.execute(spec, sweeps_overrides(a))
     total = time.perf_counter() - t

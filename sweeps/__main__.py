@@ -1,3 +1,3 @@
-from sweeps.cli import main
+from sweeps.cli.main import main
 
 raise SystemExit(main())

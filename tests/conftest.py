@@ -165,7 +165,7 @@ def served_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedSwe
 
     The tracking-server assertions and the browser checks read the same runs: one sweep, not two.
     """
-    from sweeps import mlflow_server
+    from sweeps.tracking import server as mlflow_server
 
     root = tmp_path_factory.mktemp("served")
     env = SweepsEnv(root)

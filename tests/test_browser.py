@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import SERVED_EPOCHS, SERVED_TRIALS, mlflow_client
 
-from sweeps import tracking
+from sweeps.tracking import client as tracking
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

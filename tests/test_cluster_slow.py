@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import SweepsEnv, wait_for
 
-from sweeps import mlflow_server
+from sweeps.tracking import server as mlflow_server
 
 pytestmark = pytest.mark.slow
 

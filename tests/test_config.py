@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import cli, compose, config
-from sweeps.compose import groups
+from sweeps.cli import main as cli_main
+from sweeps.config import build as config_build
+from sweeps.config import compose
+from sweeps.config.compose import groups
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -21,14 +23,14 @@ def _isolated(sweeps_env) -> None:  # noqa: ANN001 - every test here runs in its
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(name: str) -> None:
-    spec = config.build_spec(compose.compose([f"+experiment={name}"]))
+    spec = config_build.build_spec(compose.compose([f"+experiment={name}"]))
     assert spec.sweep.name == name
     assert spec.sweep.metric in spec.trainable.metrics
     assert spec.space, "each experiment has a search space"
 
 
 def test_issue_example_overrides_apply() -> None:
-    spec = config.build_spec(compose.compose([
+    spec = config_build.build_spec(compose.compose([
         "+experiment=digits_asha", "trainable.num_workers=2", "sweep.num_samples=12",
         "search_space.lr.high=0.3", "scheduler.max_t=10"]))
     assert spec.trainable.num_workers == 2 and spec.sweep.num_samples == 12
@@ -38,25 +40,25 @@ def test_issue_example_overrides_apply() -> None:
 
 def test_help_lists_subcommands_and_groups(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--help"])
+        cli_main.main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for cmd in ("run", "resume", "report", "promote", "schedule", "ui", "doctor"):
         assert cmd in out
-    assert cli.main(["run", "--help"]) == 0
+    assert cli_main.main(["run", "--help"]) == 0
     out = capsys.readouterr().out
     for group, options in groups().items():
         assert group in out and all(o in out for o in options)
 
 
 def test_cfg_job_prints_composed_config(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["run", "+experiment=quickstart", "sweep.seed=7", "--cfg", "job"]) == 0
+    assert cli_main.main(["run", "+experiment=quickstart", "sweep.seed=7", "--cfg", "job"]) == 0
     out = capsys.readouterr().out
     assert "seed: 7" in out and "name: quickstart" in out and "ASHAScheduler" in out
 
 
 def test_dry_run_prints_plan_and_starts_nothing(capsys: pytest.CaptureFixture[str], sweeps_env) -> None:  # noqa: ANN001
-    assert cli.main(["run", "+experiment=digits_asha", "--dry-run"]) == 0
+    assert cli_main.main(["run", "+experiment=digits_asha", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "concurrent     : 2 trial(s)" in out and "total trials   : 12" in out
     assert "CPU=3" in out and "lr:" in out and "max epochs     : 10" in out
@@ -64,7 +66,7 @@ def test_dry_run_prints_plan_and_starts_nothing(capsys: pytest.CaptureFixture[st
 
 
 def test_dry_run_grid_counts_grid_points(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["run", "+experiment=digits_grid", "sweep.num_samples=2", "--dry-run"]) == 0
+    assert cli_main.main(["run", "+experiment=digits_grid", "sweep.num_samples=2", "--dry-run"]) == 0
     assert "total trials   : 12" in capsys.readouterr().out  # 3 lr x 2 hidden x 2 repeats
 
 
@@ -125,7 +127,7 @@ BAD = [
 def test_bad_input_exits_2_names_key_and_writes_nothing(
     overrides: list[str], needle: str, capsys: pytest.CaptureFixture[str], sweeps_env  # noqa: ANN001
 ) -> None:
-    rc = cli.main(["run", *overrides])
+    rc = cli_main.main(["run", *overrides])
     err = capsys.readouterr().err
     assert rc == 2, err
     assert needle in err, err
@@ -134,7 +136,7 @@ def test_bad_input_exits_2_names_key_and_writes_nothing(
 
 
 def test_several_errors_are_reported_together(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["run", "sweep.num_samples=0", "sweep.mode=up", "search_space.lr.low=-1"])
+    rc = cli_main.main(["run", "sweep.num_samples=0", "sweep.mode=up", "search_space.lr.low=-1"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "3 problems" in err
@@ -152,13 +154,13 @@ def test_several_errors_are_reported_together(capsys: pytest.CaptureFixture[str]
     ],
 )
 def test_cli_misuse(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(argv) == 2
+    assert cli_main.main(argv) == 2
     assert needle in capsys.readouterr().err
 
 
 def test_missing_required_argument_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        cli.main(["promote"])
+        cli_main.main(["promote"])
     assert exc.value.code == 2
     assert "SWEEP_ID" in capsys.readouterr().err
 
@@ -166,11 +168,12 @@ def test_missing_required_argument_exits_2(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize("scheduler, pauses", [("pbt", True), ("pb2", True), ("hyperband", True),
                                                ("median", True), ("asha", False), ("fifo", False)])
 def test_schedulers_that_pause_stop_trials_at_their_final_epoch(scheduler: str, pauses: bool) -> None:
-    from sweeps.tuner import FinalEpoch, build_scheduler, pauses_trials
+    from sweeps.execution.searchers import build_scheduler, pauses_trials
+    from sweeps.execution.tuner import FinalEpoch
 
     extra = ["scheduler.hyperparam_mutations={lr: {dist: uniform, low: 0.001, high: 0.1}}"] if scheduler == "pbt" \
         else ["scheduler.hyperparam_bounds={lr: [0.001, 0.1]}"] if scheduler == "pb2" else []
-    spec = config.build_spec(compose.compose(["+experiment=quickstart", f"scheduler={scheduler}", *extra]))
+    spec = config_build.build_spec(compose.compose(["+experiment=quickstart", f"scheduler={scheduler}", *extra]))
     assert pauses_trials(build_scheduler(spec)) is pauses
     stop = FinalEpoch(4)
     assert not stop("t", {"epoch": 3, "config": {"lr": 0.1}})

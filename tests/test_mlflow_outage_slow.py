@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SweepsEnv, mlflow_client, wait_for
 
-from sweeps import mlflow_server
+from sweeps.tracking import server as mlflow_server
 
 pytestmark = pytest.mark.slow
 

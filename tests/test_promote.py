@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from conftest import SweepsEnv
 
-from sweeps import promote
+from sweeps.cli import models as cli_models
 from sweeps.errors import BadInput, GateRefused
-from sweeps.results import TrialRecord
+from sweeps.registry import gate, promote
+from sweeps.reports.results import TrialRecord
 
 # --------------------------------------------------------------------------------------------------------
 # fast tier
@@ -60,10 +61,10 @@ def test_plain_alias_passes() -> None:
     (0.5, math.nan, "max", True),
 ])
 def test_is_better_is_strict_and_never_prefers_nan(new: float, old: float, mode: str, better: bool) -> None:
-    assert promote.is_better(new, old, mode) is better
+    assert gate.is_better(new, old, mode) is better
 
 
-def _gate(champion: promote.Champion | None, value: float, mode: str = "max",
+def _gate(champion: gate.Champion | None, value: float, mode: str = "max",
           force: bool = False) -> str | None:
     return promote.gate(champion, name="m", alias="champion", metric="val/acc", mode=mode, value=value,
                         force=force)
@@ -74,52 +75,52 @@ def test_gate_lets_a_free_alias_through() -> None:
 
 
 def test_gate_lets_a_better_candidate_replace_the_champion() -> None:
-    note = _gate(promote.Champion("3", "val/acc", "max", 0.8), 0.9)
+    note = _gate(gate.Champion("3", "val/acc", "max", 0.8), 0.9)
     assert note is not None and "version 3" in note and "forced" not in note
 
 
 @pytest.mark.parametrize("value", [0.9, 0.7])
 def test_gate_refuses_an_equal_or_worse_candidate(value: float) -> None:
     with pytest.raises(GateRefused, match=r"m@champion \(version 3\).*at least as good.*--force") as exc:
-        _gate(promote.Champion("3", "val/acc", "max", 0.9), value)
+        _gate(gate.Champion("3", "val/acc", "max", 0.9), value)
     assert exc.value.exit_code == 3
 
 
 def test_gate_uses_the_mode() -> None:
-    champ = promote.Champion("1", "val/acc", "min", 0.3)
+    champ = gate.Champion("1", "val/acc", "min", 0.3)
     assert _gate(champ, 0.2, mode="min") is not None
     with pytest.raises(GateRefused):
         _gate(champ, 0.4, mode="min")
 
 
 def test_force_overrides_a_refusal_and_says_so() -> None:
-    note = _gate(promote.Champion("3", "val/acc", "max", 0.9), 0.5, force=True)
+    note = _gate(gate.Champion("3", "val/acc", "max", 0.9), 0.5, force=True)
     assert note is not None and "forced" in note
 
 
 @pytest.mark.parametrize("champ", [
-    promote.Champion("2", "val/loss", "max", 0.1),  # another metric
-    promote.Champion("2", "val/acc", "min", 0.1),  # another mode
-    promote.Champion("2", None, None, None),  # a version registered by hand, without lineage
+    gate.Champion("2", "val/loss", "max", 0.1),  # another metric
+    gate.Champion("2", "val/acc", "min", 0.1),  # another mode
+    gate.Champion("2", None, None, None),  # a version registered by hand, without lineage
 ])
-def test_gate_refuses_a_champion_it_cannot_compare(champ: promote.Champion) -> None:
+def test_gate_refuses_a_champion_it_cannot_compare(champ: gate.Champion) -> None:
     with pytest.raises(GateRefused, match="cannot be compared"):
         _gate(champ, 0.99)
     assert "forced" in (_gate(champ, 0.99, force=True) or "")
 
 
 def test_champion_reads_its_tags() -> None:
-    champ = promote.Champion.from_tags("4", {"metric": "val/acc", "mode": "max", "metric_value": "0.93"})
-    assert champ == promote.Champion("4", "val/acc", "max", 0.93)
-    assert promote.Champion.from_tags("4", {"metric_value": "n/a"}).value is None
+    champ = gate.Champion.from_tags("4", {"metric": "val/acc", "mode": "max", "metric_value": "0.93"})
+    assert champ == gate.Champion("4", "val/acc", "max", 0.93)
+    assert gate.Champion.from_tags("4", {"metric_value": "n/a"}).value is None
 
 
 def test_score_gives_accuracy_for_logits_and_rmse_for_regression() -> None:
     import numpy as np
 
     logits = np.array([[2.0, 0.1, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 1.0], [5.0, 0.0, 0.0]])
-    assert promote.score(logits, np.array([0, 1, 2, 2])) == {"accuracy": 0.75}
-    rmse = promote.score(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 5.0], dtype=np.float32))["rmse"]
+    assert gate.score(logits, np.array([0, 1, 2, 2])) == {"accuracy": 0.75}
+    rmse = gate.score(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 5.0], dtype=np.float32))["rmse"]
     assert rmse == pytest.approx(math.sqrt(4 / 3))
 
 
@@ -174,13 +175,13 @@ def test_pick_trial_refuses_unknown_failed_and_empty() -> None:
 
 
 def test_format_table_aligns_columns() -> None:
-    text = promote.format_table([{"name": "m", "version": "1", "aliases": "champion"},
+    text = cli_models.format_table([{"name": "m", "version": "1", "aliases": "champion"},
                                  {"name": "model-b", "version": "12", "aliases": "-"}])
     lines = text.splitlines()
     assert lines[0].split() == ["name", "version", "aliases"]
     assert lines[1].split() == ["m", "1", "champion"]
     assert len({line.index(line.split()[1]) for line in lines}) == 1  # second column starts at one offset
-    assert promote.format_table([]) == ""
+    assert cli_models.format_table([]) == ""
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from sweeps import report, report_cli, store, summary
-from sweeps.cli import main
-from sweeps.results import TrialRecord
+from sweeps import store
+from sweeps.cli.main import main
+from sweeps.reports import compare, formats, summary
+from sweeps.reports import write as rwrite
+from sweeps.reports.results import TrialRecord
 
 M = "val/loss"
 SPACE = {
@@ -151,7 +153,7 @@ class Page(HTMLParser):
 
 
 def test_csv_has_one_row_per_trial_ranked_first_with_nan_as_nan() -> None:
-    text = report.csv_text(collected())
+    text = formats.csv_text(collected())
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [r["trial_id"] for r in rows] == ["t_best", "t_mid", "t_nan", "t_slow", "t_failed"]
     assert [r["rank"] for r in rows] == ["1", "2", "3", "4", ""]
@@ -167,8 +169,8 @@ def test_csv_has_one_row_per_trial_ranked_first_with_nan_as_nan() -> None:
 
 def test_csv_cpu_seconds_after_completion_from_the_sweep_config() -> None:
     recs = sweep_trials()
-    s = report.complete(sweep_record(), recs, collected(recs))
-    rows = {r["trial_id"]: r for r in csv.DictReader(io.StringIO(report.csv_text(s)))}
+    s = rwrite.complete(sweep_record(), recs, collected(recs))
+    rows = {r["trial_id"]: r for r in csv.DictReader(io.StringIO(formats.csv_text(s)))}
     # 3 CPUs per trial (1 driver + 2 workers x 1), wall = time_total_s of the last row (2 s x 4 epochs)
     assert float(rows["t_best"]["cpu_s"]) == pytest.approx(3 * 8.0)
     assert float(rows["t_best"]["gpu_s"]) == 0.0
@@ -182,7 +184,7 @@ def md_tables(text: str, heading: str) -> list[list[str]]:
 
 
 def test_markdown_leaderboard_failed_and_nan_sections() -> None:
-    text = report.markdown(sweep_record(), collected())
+    text = formats.markdown(sweep_record(), collected())
     assert "trial **t_best**: val/loss = 0.3 (min), reached at iteration 3" in text
     board = md_tables(text, "Leaderboard")
     assert [r[1] for r in board] == ["t_best", "t_mid", "t_nan ⚠NaN"]  # top_k = 3, failed never there
@@ -199,7 +201,7 @@ def test_markdown_leaderboard_failed_and_nan_sections() -> None:
 
 def test_markdown_without_any_finite_value_has_no_best() -> None:
     s = collected([trial("a", [math.nan]), trial("b", [0.2], status="ERROR")])
-    text = report.markdown(sweep_record(), s)
+    text = formats.markdown(sweep_record(), s)
     assert "none: no trial reported a finite value of val/loss" in text
     assert "no ranked trial" in text
     assert md_tables(text, "Failed trials")[0][0] == "b"
@@ -207,7 +209,7 @@ def test_markdown_without_any_finite_value_has_no_best() -> None:
 
 def test_write_all_html_is_self_contained_with_plots(tmp_path: Path) -> None:
     recs = [*sweep_trials(), trial("t_more", [0.6, 0.5], lr=0.003, width=32)]
-    written = report.write_all(sweep_record(), recs, collected(recs), tmp_path)
+    written = rwrite.write_all(sweep_record(), recs, collected(recs), tmp_path)
     names = {p.name for p in written}
     assert {
         "trials.csv",
@@ -232,10 +234,10 @@ def test_write_all_html_is_self_contained_with_plots(tmp_path: Path) -> None:
 
 
 def test_write_only_the_requested_format(tmp_path: Path) -> None:
-    written = report.write(sweep_record(), sweep_trials(), collected(), tmp_path / "csv", ("csv",))
+    written = rwrite.write(sweep_record(), sweep_trials(), collected(), tmp_path / "csv", ("csv",))
     assert [p.name for p in written] == ["trials.csv"]
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == ["trials.csv"]
-    written = report.write(sweep_record(), sweep_trials(), collected(), tmp_path / "html", ("html",))
+    written = rwrite.write(sweep_record(), sweep_trials(), collected(), tmp_path / "html", ("html",))
     assert written[0].name == "report.html" and all(p.suffix == ".png" for p in written[1:])
     assert not (tmp_path / "html" / "summary.md").exists()
     page = Page()
@@ -245,7 +247,7 @@ def test_write_only_the_requested_format(tmp_path: Path) -> None:
 
 def test_importance_is_skipped_with_a_note_below_three_trials(tmp_path: Path) -> None:
     recs = [trial("a", [0.3]), trial("b", [0.2], lr=0.02)]
-    report.write(sweep_record(), recs, collected(recs), tmp_path, ("md", "html"))
+    rwrite.write(sweep_record(), recs, collected(recs), tmp_path, ("md", "html"))
     text = (tmp_path / "summary.md").read_text()
     assert "importance: not computed: needs at least 3 finished trials" in text
     assert not (tmp_path / "importance.png").exists()
@@ -264,7 +266,7 @@ def test_pbt_schedules_from_result_files_reach_the_report(tmp_path: Path) -> Non
         )
         recs.append(trial(tid, [0.5, 0.4, 0.3, 0.2], lr=lrs[-1], path=str(d)))
     out = tmp_path / "out"
-    report.write_all(sweep_record(), recs, collected(recs), out)
+    rwrite.write_all(sweep_record(), recs, collected(recs), out)
     rows = md_tables((out / "summary.md").read_text(), "Hyperparameter schedules")
     assert rows == [["p0", "lr", "1→0.1, 3→0.01"]]
     assert (out / "schedules.png").read_bytes()[:8] == PNG_MAGIC
@@ -289,7 +291,7 @@ def test_compare_from_the_index_when_results_are_gone(tmp_path: Path) -> None:
     b = sweep_record(
         "demo-b", config=b_cfg, best={"trial_id": "y", "value": 0.25, "params": {"lr": 0.02, "width": 32}}
     )
-    md = report_cli.write_comparison(a, b, tmp_path)
+    md = compare.write_comparison(a, b, tmp_path)
     text = md.read_text()
     assert md == tmp_path / "compare.md" and (tmp_path / "compare.html").is_file()
     assert "B is better: best val/loss 0.25 vs 0.3 (min; B − A = -0.05)" in text

@@ -74,7 +74,7 @@ def _finish_and_check(env: SweepsEnv, n_trials: int, epochs: int) -> dict:
     proc = env.run("resume", "latest", check=True)
     assert "finished" in proc.stdout
     rec = _index(env)
-    from sweeps.results import load_records
+    from sweeps.reports.results import load_records
 
     trials = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], epochs)
     assert len(trials) == n_trials, "resume kept the trial count"

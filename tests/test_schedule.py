@@ -27,8 +27,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sweeps import nightly, schedule
 from sweeps.errors import BadInput, Regressed
+from sweeps.ops import cron, nightly, schedule, units, warmstart
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
@@ -58,8 +58,8 @@ def entry(name: str, overrides: list[str], project: Path, **kw: Any) -> schedule
     ("0 0 29 2 *", "0 0 29 2 *"),  # leap day: fires every four years, so it does fire
 ])
 def test_valid_cron_expressions_are_normalized(expr: str, normalized: str) -> None:
-    assert schedule.validate_cron(expr) == normalized
-    schedule.check_fires(normalized, None, utc(2026, 3, 1))
+    assert cron.validate_cron(expr) == normalized
+    cron.check_fires(normalized, None, utc(2026, 3, 1))
 
 
 @pytest.mark.parametrize("expr, says", [
@@ -75,32 +75,32 @@ def test_valid_cron_expressions_are_normalized(expr: str, normalized: str) -> No
 ])
 def test_invalid_cron_expressions_are_refused_naming_cron(expr: str, says: str) -> None:
     with pytest.raises(BadInput, match="--cron") as err:
-        schedule.validate_cron(expr)
+        cron.validate_cron(expr)
     assert says in str(err.value)
 
 
 @pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *"])
 def test_expressions_that_never_fire_are_refused(expr: str) -> None:
-    assert schedule.next_fires(schedule.validate_cron(expr), "Europe/Berlin", utc(2026, 1, 1), 1) == []
+    assert cron.next_fires(cron.validate_cron(expr), "Europe/Berlin", utc(2026, 1, 1), 1) == []
     with pytest.raises(BadInput, match=r"--cron: .* never fires"):
-        schedule.check_fires(expr, "Europe/Berlin", utc(2026, 1, 1))
+        cron.check_fires(expr, "Europe/Berlin", utc(2026, 1, 1))
 
 
 @pytest.mark.parametrize("tz", ["Europe/Berlin", "UTC", "America/New_York", "Asia/Kolkata", None])
 def test_known_time_zones_pass(tz: str | None) -> None:
-    got = schedule.validate_tz(tz)
+    got = cron.validate_tz(tz)
     assert (got is None) if tz is None else (str(got) == tz)
 
 
 @pytest.mark.parametrize("tz", ["Europe/Berln", "Mars/Olympus_Mons", "../../etc/passwd", "", "CEST+2"])
 def test_unknown_time_zones_are_refused_naming_tz(tz: str) -> None:
     with pytest.raises(BadInput, match="--tz: unknown time zone"):
-        schedule.validate_tz(tz)
+        cron.validate_tz(tz)
 
 
 def test_unknown_zone_message_suggests_the_close_one() -> None:
     with pytest.raises(BadInput, match="did you mean Europe/Berlin"):
-        schedule.validate_tz("Europe/Berln")
+        cron.validate_tz("Europe/Berln")
 
 
 @pytest.mark.parametrize("name, ok", [("nightly", True), ("digits_asha-2", True), ("a" * 64, True),
@@ -117,15 +117,15 @@ def test_schedule_names(name: str, ok: bool) -> None:
 # --- fire times ---------------------------------------------------------------------------------------------
 
 def test_next_three_fire_times_from_a_fixed_start() -> None:
-    fires = schedule.next_fires("0 2 * * *", "Europe/Berlin", utc(2026, 1, 10, 12), 3)
+    fires = cron.next_fires("0 2 * * *", "Europe/Berlin", utc(2026, 1, 10, 12), 3)
     assert [f.isoformat() for f in fires] == ["2026-01-11T02:00:00+01:00", "2026-01-12T02:00:00+01:00",
                                               "2026-01-13T02:00:00+01:00"]
-    assert schedule.next_fires("0 2 * * *", "Europe/Berlin", utc(2026, 1, 11, 1), 1)[0] == utc(2026, 1, 12, 1)
+    assert cron.next_fires("0 2 * * *", "Europe/Berlin", utc(2026, 1, 11, 1), 1)[0] == utc(2026, 1, 12, 1)
 
 
 def test_spring_forward_in_berlin_moves_a_skipped_time_past_the_jump() -> None:
     # 2026-03-29: 02:00 CET jumps to 03:00 CEST. 02:30 does not exist that night: it fires at 03:30 CEST.
-    fires = schedule.next_fires("30 2 * * *", "Europe/Berlin", utc(2026, 3, 27, 12), 3)
+    fires = cron.next_fires("30 2 * * *", "Europe/Berlin", utc(2026, 3, 27, 12), 3)
     assert [f.astimezone(UTC) for f in fires] == [utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1, 30),
                                                   utc(2026, 3, 30, 0, 30)]
     assert [f.strftime("%d %H:%M %Z") for f in fires] == ["28 02:30 CET", "29 03:30 CEST", "30 02:30 CEST"]
@@ -133,58 +133,58 @@ def test_spring_forward_in_berlin_moves_a_skipped_time_past_the_jump() -> None:
 
 def test_fall_back_in_berlin_fires_a_repeated_time_once_but_hourly_jobs_every_hour() -> None:
     # 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice.
-    daily = schedule.next_fires("30 2 * * *", "Europe/Berlin", utc(2026, 10, 24, 12), 2)
+    daily = cron.next_fires("30 2 * * *", "Europe/Berlin", utc(2026, 10, 24, 12), 2)
     assert [f.astimezone(UTC) for f in daily] == [utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)]
-    hourly = schedule.next_fires("0 * * * *", "Europe/Berlin", utc(2026, 10, 24, 22, 30), 5)
+    hourly = cron.next_fires("0 * * * *", "Europe/Berlin", utc(2026, 10, 24, 22, 30), 5)
     assert [f.astimezone(UTC) for f in hourly] == [utc(2026, 10, 24, 23), utc(2026, 10, 25, 0),
                                                    utc(2026, 10, 25, 1), utc(2026, 10, 25, 2),
                                                    utc(2026, 10, 25, 3)]
 
 
 def test_day_of_month_and_day_of_week_are_ored_like_cron() -> None:
-    fires = schedule.next_fires("0 0 13 * 5", "UTC", utc(2026, 2, 1), 4)  # the 13th or any Friday
+    fires = cron.next_fires("0 0 13 * 5", "UTC", utc(2026, 2, 1), 4)  # the 13th or any Friday
     assert [f.day for f in fires] == [6, 13, 20, 27]
 
 
 def test_the_cron_guard_is_due_only_in_the_minute_of_a_fire_time() -> None:
     at = utc(2026, 12, 1, 1, 0, 7).timestamp()  # 02:00:07 in Berlin (CET)
-    assert schedule.is_due("0 2 * * *", "Europe/Berlin", at)
-    assert not schedule.is_due("0 2 * * *", "Europe/Berlin", at + 60)
-    assert not schedule.is_due("0 2 * * *", "Europe/Berlin", at - 3600)  # 02:00 UTC is 03:00 in Berlin
+    assert cron.is_due("0 2 * * *", "Europe/Berlin", at)
+    assert not cron.is_due("0 2 * * *", "Europe/Berlin", at + 60)
+    assert not cron.is_due("0 2 * * *", "Europe/Berlin", at - 3600)  # 02:00 UTC is 03:00 in Berlin
     summer = utc(2026, 7, 1, 0, 0, 30).timestamp()  # 02:00:30 CEST
-    assert schedule.is_due("0 2 * * *", "Europe/Berlin", summer)
+    assert cron.is_due("0 2 * * *", "Europe/Berlin", summer)
 
 
 def test_crontab_fields_in_another_zone_fire_hourly_at_the_shifted_minute(monkeypatch: pytest.MonkeyPatch
                                                                           ) -> None:
-    monkeypatch.setattr(schedule, "system_zone", lambda: ZoneInfo("UTC"))
+    monkeypatch.setattr(cron, "system_zone", lambda: ZoneInfo("UTC"))
     start = utc(2026, 1, 1)
-    assert schedule.cron_fields("0 2 * * *", None, start) == ("0 2 * * *", False)
-    assert schedule.cron_fields("0 2 * * *", "UTC", start) == ("0 2 * * *", False)
-    assert schedule.cron_fields("0 2 * * *", "Europe/Berlin", start) == ("0 * * * *", True)
-    assert schedule.cron_fields("15,45 2 * * *", "Asia/Kolkata", start) == ("15,45 * * * *", True)  # +5:30
-    assert schedule.cron_fields("0 2 * * *", "Asia/Kolkata", start) == ("30 * * * *", True)
-    assert schedule.cron_fields("0 2 * * *", "Asia/Kathmandu", start) == ("15 * * * *", True)  # +5:45
+    assert cron.cron_fields("0 2 * * *", None, start) == ("0 2 * * *", False)
+    assert cron.cron_fields("0 2 * * *", "UTC", start) == ("0 2 * * *", False)
+    assert cron.cron_fields("0 2 * * *", "Europe/Berlin", start) == ("0 * * * *", True)
+    assert cron.cron_fields("15,45 2 * * *", "Asia/Kolkata", start) == ("15,45 * * * *", True)  # +5:30
+    assert cron.cron_fields("0 2 * * *", "Asia/Kolkata", start) == ("30 * * * *", True)
+    assert cron.cron_fields("0 2 * * *", "Asia/Kathmandu", start) == ("15 * * * *", True)  # +5:45
 
 
 # --- crontab and systemd text -------------------------------------------------------------------------------
 
 def test_crontab_block_is_tagged_and_removal_keeps_every_other_line(sweeps_env: Any) -> None:
     e = entry("nightly", ["+experiment=quickstart"], sweeps_env.root, tz="Europe/Berlin", guarded=True)
-    block = schedule.crontab_block(e, "/venv/bin/python", "0 * * * *")
-    assert len(block) == 2 and all(line.endswith(schedule.tag("nightly", e.home)) for line in block)
+    block = units.crontab_block(e, "/venv/bin/python", "0 * * * *")
+    assert len(block) == 2 and all(line.endswith(units.tag("nightly", e.home)) for line in block)
     line = block[1]
     assert line.startswith("0 * * * * cd ")
     assert "-m sweeps schedule run nightly --fired-at \"$(date +\\%s)\"" in line  # % escaped for cron
     assert f">> {sweeps_env.root}/logs/schedules/nightly.log 2>&1" in line
     assert f"SWEEPS_HOME={e.home}" in line
     foreign = "MAILTO=me@example.com\n# my backup\n5 4 * * * /usr/bin/backup --all\n"
-    other = schedule.crontab_block(entry("other", [], sweeps_env.root), "/py", "1 1 * * *")
-    text = schedule.with_block(schedule.with_block(foreign, block), other)
-    stripped, n = schedule.strip_block(text, "nightly", e.home)
+    other = units.crontab_block(entry("other", [], sweeps_env.root), "/py", "1 1 * * *")
+    text = units.with_block(units.with_block(foreign, block), other)
+    stripped, n = units.strip_block(text, "nightly", e.home)
     assert n == 2
-    assert stripped == schedule.with_block(foreign, other)
-    assert schedule.strip_block(stripped, "nightly", "/another/home") == (stripped, 0)
+    assert stripped == units.with_block(foreign, other)
+    assert units.strip_block(stripped, "nightly", "/another/home") == (stripped, 0)
 
 
 @pytest.mark.parametrize("expr, tz, expected", [
@@ -195,27 +195,27 @@ def test_crontab_block_is_tagged_and_removal_keeps_every_other_line(sweeps_env: 
     ("0 0 * * 7", None, ["Sun *-*-* 00:00:00"]),
 ])
 def test_cron_to_systemd_calendar(expr: str, tz: str | None, expected: list[str]) -> None:
-    assert schedule.oncalendar(expr, tz) == expected
+    assert units.oncalendar(expr, tz) == expected
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
 @pytest.mark.parametrize("expr, tz", [("30 2 * * *", "Europe/Berlin"),
                                       ("*/20 9-17 * * mon-fri", "Asia/Kolkata"), ("0 0 1 */3 *", None)])
 def test_systemd_agrees_with_our_next_fire_time(expr: str, tz: str | None) -> None:
-    (cal,) = schedule.oncalendar(expr, tz)
+    (cal,) = units.oncalendar(expr, tz)
     out = subprocess.run(["systemd-analyze", "calendar", "--iterations=3", cal], capture_output=True,
                          text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
     assert out.returncode == 0, out.stderr
     stamps = re.findall(r"(?:Next elapse|Iter\. #\d): \w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", out.stdout)
     ours = [f.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") for f in
-            schedule.next_fires(expr, tz, datetime.now(UTC), 3)]
+            cron.next_fires(expr, tz, datetime.now(UTC), 3)]
     assert stamps == ours
 
 
 def test_systemd_units_run_the_schedule_from_the_project(sweeps_env: Any) -> None:
     e = entry("nightly", ["+experiment=quickstart"], sweeps_env.root, kind="systemd", tz="Europe/Berlin")
-    units = schedule.systemd_units(e, "/venv/bin/python")
-    service, timer = units["sweeps-nightly.service"], units["sweeps-nightly.timer"]
+    files = units.systemd_units(e, "/venv/bin/python")
+    service, timer = files["sweeps-nightly.service"], files["sweeps-nightly.timer"]
     assert f"WorkingDirectory={sweeps_env.root}" in service
     assert 'ExecStart="/venv/bin/python" -m sweeps schedule run nightly' in service
     assert f"StandardOutput=append:{sweeps_env.root}/logs/schedules/nightly.log" in service
@@ -236,19 +236,19 @@ def test_warm_points_keep_only_valid_keys_of_the_current_space() -> None:
             {"lr": 0.01, "hidden_size": 64, "layers": 2},  # a duplicate once dropout is gone
             {"lr": 0.02, "hidden_size": 256, "layers": 1},  # 256 no longer a choice
             {"lr": 0.03, "hidden_size": True, "layers": 1.5}]  # wrong types
-    assert nightly.fit_points(prev, SPACE, complete=True) == [{"lr": 0.01, "hidden_size": 64, "layers": 2}]
-    assert nightly.fit_points(prev, SPACE, complete=False) == [
+    assert warmstart.fit_points(prev, SPACE, complete=True) == [{"lr": 0.01, "hidden_size": 64, "layers": 2}]
+    assert warmstart.fit_points(prev, SPACE, complete=False) == [
         {"lr": 0.01, "hidden_size": 64, "layers": 2}, {"hidden_size": 128, "layers": 3},
         {"lr": 0.02, "layers": 1}, {"lr": 0.03}]
 
 
 def test_mlflow_params_are_coerced_back_to_the_space_types() -> None:
-    assert nightly.coerce("128", SPACE["hidden_size"]) == 128
-    assert nightly.coerce("0.01", SPACE["lr"]) == 0.01
-    layers = nightly.coerce("2.0", SPACE["layers"])
+    assert warmstart.coerce("128", SPACE["hidden_size"]) == 128
+    assert warmstart.coerce("0.01", SPACE["lr"]) == 0.01
+    layers = warmstart.coerce("2.0", SPACE["layers"])
     assert layers == 2 and isinstance(layers, int)
-    assert nightly.coerce("256", SPACE["hidden_size"]) is None
-    assert nightly.coerce("fast", SPACE["lr"]) is None
+    assert warmstart.coerce("256", SPACE["hidden_size"]) is None
+    assert warmstart.coerce("fast", SPACE["lr"]) is None
 
 
 @pytest.mark.parametrize("prev, best, mode, tol, worse", [
@@ -277,7 +277,7 @@ def test_regressed_beyond_tolerance_raises_with_both_values() -> None:
 
 HOLD = """
 import sys, time
-from sweeps.nightly import schedule_lock
+from sweeps.ops.lock import schedule_lock
 with schedule_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(120)
@@ -401,7 +401,7 @@ def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user
     foreign = "# foreign line kept by sweeps tests\n17 5 * * * /bin/true\n"
     subprocess.run(["crontab", "-"], input=user_crontab + foreign, text=True, check=True)
     home = str(sweeps_env.home)
-    t = schedule.tag("nightly", home)
+    t = units.tag("nightly", home)
     cron = "0 3 1 1 *"  # 03:00 on New Year's Day in Berlin: never due while the test runs
     proc = sweeps_env.run("schedule", "add", "nightly", *TINY, "--cron", cron, "--tz", "Europe/Berlin",
                           timeout=120, check=True)
@@ -410,7 +410,7 @@ def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user
     assert text.startswith(user_crontab + foreign)
     ours = [line for line in text.splitlines() if line.endswith(t)]
     assert len(ours) == 2 and ours[0].startswith("# sweeps schedule nightly")
-    fields, guarded = schedule.cron_fields(cron, "Europe/Berlin", datetime.now(UTC))
+    fields, guarded = cron.cron_fields(cron, "Europe/Berlin", datetime.now(UTC))
     assert ours[1].startswith(f"{fields} cd {sweeps_env.root} && ")
     assert f"{sys.executable} -m sweeps schedule run nightly" in ours[1]
     assert f">> {sweeps_env.root}/logs/schedules/nightly.log 2>&1" in ours[1]
@@ -457,7 +457,7 @@ def sweep_records(home: Path) -> list[dict[str, Any]]:
 
 
 def trials_in_order(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    from sweeps.results import load_records
+    from sweeps.reports.results import load_records
 
     records = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"])
     return [r.params for r in sorted(records, key=lambda r: r.trial_id)]
@@ -492,8 +492,8 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
     assert state is not None and state["sweep_id"] == night1["sweep_id"] and state["exit_code"] == 0
 
     # Night 2 warm-starts from night 1's top-k (quickstart's num_samples=2 < warm_start_top_k=3: both trials).
-    from sweeps.results import load_records
-    from sweeps.summary import collect
+    from sweeps.reports.results import load_records
+    from sweeps.reports.summary import collect
 
     top = collect(load_records(night1["experiment_dirs"], night1["metric"], night1["mode"]), night1["metric"],
                   night1["mode"], top_k=3).leaderboard
@@ -525,13 +525,14 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
 @pytest.mark.slow
 def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:
     """No Ray cluster: Tune's OptunaSearch as the sweep builds it, fed by hand, then built again."""
-    from sweeps import runner, tuner
+    from sweeps.execution import tuner
+    from sweeps.ops import prepare
 
     overrides = ["+experiment=digits_optuna", "++schedule.name=nightly"]
-    spec = runner.prepare(overrides)
+    spec = prepare.prepare(overrides)
     extra = nightly.optuna_overrides("nightly", spec)
     assert extra and spec.searcher_name == "optuna"
-    spec = runner.prepare([*overrides, *extra])
+    spec = prepare.prepare([*overrides, *extra])
 
     def one_night(points: list[dict[str, Any]], n: int) -> Any:
         s = tuner.build_searcher(spec, 1, points)
@@ -554,10 +555,11 @@ def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:
 @pytest.mark.slow
 def test_the_champions_params_join_the_warm_start(sweeps_env: Any) -> None:
     """A real MLflow registry (SQLite under tmp_path): quickstart@champion points at a trial run's params."""
-    from sweeps import runner, tracking
+    from sweeps.ops import prepare
+    from sweeps.tracking import client as tracking
 
-    spec = runner.prepare(["+experiment=quickstart"])
-    assert nightly.champion_params(spec) is None  # no registry entry yet
+    spec = prepare.prepare(["+experiment=quickstart"])
+    assert warmstart.champion_params(spec) is None  # no registry entry yet
     c = tracking.client(spec.tracking.uri)
     exp = tracking.get_or_create_experiment(c, "quickstart", spec.tracking.uri)
     run = c.create_run(exp).info.run_id
@@ -567,5 +569,5 @@ def test_the_champions_params_join_the_warm_start(sweeps_env: Any) -> None:
     mv = c.create_model_version("quickstart", source=f"runs:/{run}/model", run_id=run)
     c.set_registered_model_alias("quickstart", "champion", mv.version)
     champion = {"lr": 0.02, "hidden_size": 128, "batch_size": 64}
-    assert nightly.champion_params(spec) == champion
+    assert warmstart.champion_params(spec) == champion
     assert nightly.warm_points(None, spec) == [champion]

@@ -68,7 +68,7 @@ def test_other_schedulers_stop_bad_trials_early(scheduler: str, tmp_path: Path) 
 
 
 def test_pb2_explores_within_bounds(tmp_path: Path) -> None:
-    from sweeps.results import load_records, read_param_schedules
+    from sweeps.reports.results import load_records, read_param_schedules
 
     env = SweepsEnv(tmp_path)
     try:

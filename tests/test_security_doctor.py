@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps import cli, security
+from sweeps.cli import main as cli_main
+from sweeps.config import security
 
 
 @pytest.mark.parametrize(
@@ -47,20 +48,20 @@ def test_redaction_is_recursive_and_collects_values() -> None:
 
 
 def test_spec_redacts_env_secrets(monkeypatch: pytest.MonkeyPatch, sweeps_env) -> None:  # noqa: ANN001
-    from sweeps import runner
+    from sweeps.ops import prepare
 
     monkeypatch.setenv("SWEEPS_T_SECRET", "zz-secret-value")
-    spec = runner.prepare(["+tracking.password=${oc.env:SWEEPS_T_SECRET}"])
+    spec = prepare.prepare(["+tracking.password=${oc.env:SWEEPS_T_SECRET}"])
     assert spec.raw["tracking"]["password"] == "zz-secret-value"  # the run itself may need it
     assert "zz-secret-value" not in str(spec.redacted())
 
 
 def test_doctor_reports_ok_and_failures(capsys: pytest.CaptureFixture[str], sweeps_env) -> None:  # noqa: ANN001
-    assert cli.main(["doctor"]) == 0
+    assert cli_main.main(["doctor"]) == 0
     out = capsys.readouterr().out
     for name in ("ray[default]", "torch", "mlflow", "MLflow store", "storage", "crontab", "GPU", "Ray token auth"):
         assert name in out
     assert "all required checks passed" in out
-    assert cli.main(["doctor", "--tracking-uri", "http://127.0.0.1:9"]) == 1
+    assert cli_main.main(["doctor", "--tracking-uri", "http://127.0.0.1:9"]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] MLflow store" in out and "fix:" in out

@@ -6,7 +6,7 @@ import pytest
 from ray import tune
 from ray.tune.search.sample import Categorical, Float, Integer, Normal
 
-from sweeps import space
+from sweeps.config import space
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sweeps import summary
-from sweeps.results import TrialRecord, read_param_schedules
+from sweeps.reports import importance, summary
+from sweeps.reports.results import TrialRecord, read_param_schedules
 
 M = "val/acc"
 
@@ -262,7 +262,7 @@ def test_param_importances_find_the_parameter_that_matters() -> None:
         "lr": {"dist": "loguniform", "low": 1e-4, "high": 1e-1},
         "width": {"dist": "choice", "values": [16, 32, 64]},
     }
-    imp, why = summary.param_importances(s, space)
+    imp, why = importance.param_importances(s, space)
     assert why is None
     assert set(imp) == {"lr", "width"} and imp["lr"] > 0.8
     assert sum(imp.values()) == pytest.approx(1.0)
@@ -275,5 +275,5 @@ def test_param_importances_need_three_finished_trials() -> None:
         trial("c", [0.9], status="ERROR", params={"lr": 0.3}),
         trial("d", [math.nan], params={"lr": 0.4}),
     ]
-    imp, why = summary.param_importances(summary.collect(recs, M, "max"), {})
+    imp, why = importance.param_importances(summary.collect(recs, M, "max"), {})
     assert imp == {} and why is not None and "at least 3" in why and "got 2" in why

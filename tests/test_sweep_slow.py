@@ -21,7 +21,7 @@ def _record(env: SweepsEnv) -> dict:
 
 
 def _trials(env: SweepsEnv, rec: dict):  # noqa: ANN202
-    from sweeps.results import epochs_of, load_records
+    from sweeps.reports.results import epochs_of, load_records
 
     return load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], epochs_of(rec["config"]))
 

@@ -1,6 +1,6 @@
 """The tracking callback's run life cycle on a real SQLite MLflow store (fast tier).
 
-Drives :class:`sweeps.tracking._Tracker` through Tune's hook order with a duck-typed trial (the attributes
+Drives :class:`sweeps.tracking.callback._Tracker` through Tune's hook order with a duck-typed trial (the attributes
 the hooks read), and checks what MLflow holds after each step: a new trial's run is RUNNING with this driver's
 tag from ``create_run`` alone; a restored sweep (the callback unpickled from ``tuner.pkl`` by a new driver)
 reopens the runs a dead driver left KILLED; a finished trial ends FINISHED with its metrics.
@@ -14,18 +14,19 @@ from types import SimpleNamespace
 
 from conftest import mlflow_client
 
-from sweeps import tracking
+from sweeps.tracking import callback
+from sweeps.tracking import client as tracking
 
 
-def _tracker(uri: str) -> tracking._Tracker:
+def _tracker(uri: str) -> callback._Tracker:
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(c, "life", uri)
     parent = c.create_run(exp, run_name="life", tags={tracking.TAG_SWEEP: "life", tracking.TAG_KIND: "sweep"})
-    return tracking._Tracker(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="life",
+    return callback._Tracker(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="life",
                              metric="val/acc", mode="max", fixed_params={"epochs": 2}, epochs=2)
 
 
-def _started(tmp_path: Path, tid: str) -> tuple[str, tracking._Tracker, SimpleNamespace]:
+def _started(tmp_path: Path, tid: str) -> tuple[str, callback._Tracker, SimpleNamespace]:
     """A tracker on a fresh SQLite store that has seen one trial start: (uri, tracker, trial)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     t = _tracker(uri)

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client
 
-from sweeps import mlflow_server, tracking, ui
+from sweeps.tracking import client as tracking
+from sweeps.tracking import server as mlflow_server
+from sweeps.tracking import ui
 
 EPOCHS = SERVED_EPOCHS
 TRIALS = SERVED_TRIALS

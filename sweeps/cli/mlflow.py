@@ -1,0 +1,49 @@
+"""``sync`` and ``ui``: bring MLflow in line with a sweep's Ray results, and show the MLflow UI."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from sweeps import paths
+from sweeps.ops.sync import sync
+from sweeps.tracking.server import is_loopback
+from sweeps.tracking.ui import check_port, serve, store_uri, wait_until_interrupted
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cli_sync(args: argparse.Namespace) -> int:
+    counts = sync(args.sweep_id)
+    print(f"synced: {counts['runs_created']} run(s) created, {counts['metrics_logged']} metric value(s) "
+          f"logged, {counts['statuses_set']} status(es) set")
+    return 0
+
+
+def cli_ui(args: argparse.Namespace) -> int:
+    """Start the MLflow UI, print its URL, block until Ctrl-C."""
+    uri = store_uri(args.tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")
+        return 0
+    check_port(args.host, args.port)
+    if not is_loopback(args.host):
+        print(f"warning: --host {args.host} exposes the MLflow UI (and its write API, with no "
+              f"authentication) to the network; use --host 127.0.0.1 unless you mean it")
+    log_path = paths.home() / "mlflow-ui.log"
+    print(f"starting the MLflow UI for {uri} ...", flush=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` must not orphan the server either
+    try:
+        server = serve(uri, args.host, args.port, log_path)
+        try:
+            print(f"MLflow UI: {server.experiments_url()}", flush=True)
+            print(f"(server log: {log_path}; Ctrl-C to stop)", flush=True)
+            code = wait_until_interrupted(server)
+        finally:
+            server.stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("MLflow UI stopped")
+    return code

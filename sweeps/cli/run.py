@@ -1,0 +1,124 @@
+"""``run``, ``resume`` and ``extend``: start or continue a sweep, and print its one-screen summary."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from collections.abc import Sequence
+
+from sweeps.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+RUN_FLAGS_HELP = """\
+usage: python -m sweeps run [+experiment=NAME] [key=value ...] [--dry-run] [--cfg job|all] [--resolve]
+
+Compose a sweep from conf/ with Hydra overrides and run it.
+  --dry-run        print the composed sweep, its search space and the resource plan; start nothing
+  --cfg job|all    print the composed config (Hydra style) and exit
+  --resolve        with --cfg: resolve interpolations
+Overrides: group=option (e.g. scheduler=asha), key=value (e.g. sweep.num_samples=12,
+search_space.lr.high=0.3), +experiment=NAME.
+"""
+
+
+def run_help() -> str:
+    from sweeps.config.compose import groups
+
+    lines = [RUN_FLAGS_HELP, "Config groups (group=option):"]
+    for group, options in groups().items():
+        lines.append(f"  {group:<14} {', '.join(options)}")
+    return "\n".join(lines)
+
+
+def cmd_run(argv: Sequence[str]) -> int:
+    overrides: list[str] = []
+    dry, cfg_mode, resolve = False, None, False
+    it = iter(argv)
+    for a in it:
+        if a in ("-h", "--help"):
+            print(run_help())
+            return 0
+        if a == "--dry-run":
+            dry = True
+        elif a in ("--cfg", "-c"):
+            cfg_mode = next(it, None)
+            if cfg_mode not in ("job", "all"):
+                raise BadInput(f"--cfg: expected job or all, got {cfg_mode!r}")
+        elif a.startswith("--cfg="):
+            cfg_mode = a.split("=", 1)[1]
+            if cfg_mode not in ("job", "all"):
+                raise BadInput(f"--cfg: expected job or all, got {cfg_mode!r}")
+        elif a == "--resolve":
+            resolve = True
+        elif a.startswith("-"):
+            raise BadInput(f"run: unknown flag {a!r}; flags: --dry-run, --cfg job|all, --resolve, --help")
+        else:
+            overrides.append(a)
+    from sweeps.config import compose
+    from sweeps.ops import prepare, run
+
+    if cfg_mode:
+        cfg = compose.compose_config(overrides)
+        print(compose.to_yaml(cfg, resolve=resolve), end="")
+        return 0
+    spec = prepare.prepare(overrides)
+    if dry:
+        print(prepare.dry_run(spec))
+        return 0
+    outcome = run.execute(spec, overrides)
+    print(format_outcome(outcome))
+    return 130 if outcome.interrupted else 0
+
+
+def format_outcome(outcome: object) -> str:
+    """The one-screen summary printed at the end of a sweep."""
+    from sweeps.ops.run import Outcome
+
+    if not isinstance(outcome, Outcome):
+        raise TypeError(f"expected an Outcome, got {type(outcome).__name__}")
+    rec, s = outcome.record, outcome.summary
+    c = s.counts
+    lines = [
+        "",
+        f"sweep {rec.sweep_id}: {rec.status}" + (" (interrupted: resume with "
+                                                   f"`python -m sweeps resume {rec.sweep_id}`)"
+                                                   if outcome.interrupted else ""),
+        f"  trials   : {c['total']} total, {c['completed']} completed, {c['early_stopped']} early-stopped, "
+        f"{c['failed']} failed" + (f", {c['unfinished']} unfinished" if c["unfinished"] else ""),
+        f"  wall time: {rec.wall_s or 0:.1f} s",
+    ]
+    if s.best is not None:
+        lines += [f"  best     : {s.best.trial_id}  {s.metric} = {s.best.best:.4f} ({s.mode})",
+                  f"  config   : {s.best.params}"]
+    else:
+        lines.append("  best     : none (no trial reported a finite metric)")
+    if s.efficiency is not None and not math.isnan(s.efficiency):
+        lines.append(f"  efficiency (T_ideal / T_observed): {s.efficiency:.2f}")
+    lines.append(f"  results  : {rec.experiment_dir}")
+    lines.append(f"  MLflow   : {rec.tracking_uri} (run {rec.parent_run_id}); browse with `python -m sweeps ui`")
+    if rec.report_dir:
+        lines.append(f"  report   : {rec.report_dir}")
+    if outcome.promotion:
+        lines.append(f"  promotion: {outcome.promotion}")
+    return "\n".join(lines)
+
+
+def cli_resume(args: argparse.Namespace) -> int:
+    from sweeps.ops.resume import resume
+
+    out = resume(args.sweep_id, retry_errored=args.retry_errored, extra=list(args.overrides or []))
+    print(format_outcome(out))
+    return 130 if out.interrupted else 0
+
+
+def cli_extend(args: argparse.Namespace) -> int:
+    from sweeps.ops.resume import extend
+
+    t0 = time.monotonic()
+    out = extend(args.sweep_id, args.more_trials, extra=list(args.overrides or []))
+    print(format_outcome(out))
+    log.debug("extend took %.1f s", time.monotonic() - t0)
+    return 130 if out.interrupted else 0

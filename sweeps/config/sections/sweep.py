@@ -1,0 +1,42 @@
+"""The ``sweep`` section: name, objective, trial count, concurrency, time budget, seed, warm-start points."""
+
+from __future__ import annotations
+
+import re
+
+from sweeps.config.reader import Reader, mlflow_name_errors
+from sweeps.config.spec import SweepCfg
+
+MODES = ("min", "max")
+NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+def parse(r: Reader) -> SweepCfg:
+    name = r.get("sweep", "name", "str")
+    metric = r.get("sweep", "metric", "str")
+    mode = r.get("sweep", "mode", "str", choices=MODES)
+    if metric is None or mode is None:
+        r.errors.append("sweep.metric/sweep.mode: the searcher and scheduler need the metric to optimize and "
+                        "its mode (min or max)")
+    num_samples = r.get("sweep", "num_samples", "int")
+    max_conc = r.get("sweep", "max_concurrent_trials", "int", default=0)
+    budget = r.get("sweep", "time_budget_s", "num", default=None)
+    seed = r.get("sweep", "seed", "int", default=0)
+    points = r.get("sweep", "points_to_evaluate", "list", default=[])
+    if isinstance(num_samples, int):
+        if num_samples == 0 or num_samples < -1:
+            r.errors.append(f"sweep.num_samples: must be >= 1, or -1 (unbounded, with sweep.time_budget_s); "
+                            f"got {num_samples}")
+        elif num_samples == -1 and budget is None:
+            r.errors.append("sweep.num_samples: -1 (unbounded) needs sweep.time_budget_s, or the sweep never "
+                            "ends")
+    if isinstance(max_conc, int) and max_conc < 0:
+        r.errors.append(f"sweep.max_concurrent_trials: must be >= 0 (0 = as many as fit), got {max_conc}")
+    if budget is not None and budget <= 0:
+        r.errors.append(f"sweep.time_budget_s: must be > 0 seconds, got {budget}")
+    if isinstance(name, str) and not NAME.match(name):
+        r.errors.append(f"sweep.name: {name!r} may only hold letters, digits, _ . - (it names folders)")
+    if isinstance(metric, str):
+        r.errors += mlflow_name_errors("sweep.metric", metric)
+    return SweepCfg(name, metric, mode, num_samples, max_conc, float(budget) if budget else None, seed,
+                    tuple(dict(p) for p in points or []))

@@ -1,0 +1,144 @@
+"""The typed, frozen config objects of a sweep (built once by :func:`sweeps.config.build.build_spec`).
+
+Nothing after validation reads Hydra or raw dicts by string key: the pipeline reads these attributes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.config import security
+
+
+@dataclass(frozen=True)
+class SweepCfg:
+    name: str
+    metric: str
+    mode: str
+    num_samples: int
+    max_concurrent_trials: int
+    time_budget_s: float | None
+    seed: int
+    points_to_evaluate: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainableCfg:
+    name: str
+    loop: str
+    builder: str | None
+    metrics: tuple[str, ...]
+    num_workers: int
+    use_gpu: bool
+    resources_per_worker: dict[str, float]
+    placement_strategy: str
+    checkpoint_every: int
+    params: dict[str, Any]
+    datasets: str | None = None  # dotted path: build_datasets(config) -> {"train": ray.data.Dataset, ...}
+
+    @property
+    def epochs(self) -> int | None:
+        """The fixed epoch budget of every trial (``params.epochs``), or None when it is not an int."""
+        e = self.params.get("epochs")
+        return e if isinstance(e, int) and not isinstance(e, bool) else None
+
+    @property
+    def cpus_per_worker(self) -> float:
+        return float(self.resources_per_worker.get("CPU", 1))
+
+    @property
+    def gpus_per_worker(self) -> float:
+        return float(self.resources_per_worker.get("GPU", 1 if self.use_gpu else 0))
+
+
+@dataclass(frozen=True)
+class TrackingCfg:
+    uri: str
+    experiment: str
+    log_checkpoints: bool
+    flush_interval_s: float
+
+
+@dataclass(frozen=True)
+class ClusterCfg:
+    mode: str
+    address: str | None
+    num_cpus: float | None
+    num_gpus: float | None
+    driver_cpus: float
+    health_check_interval_s: float
+    worker_start_timeout_s: float
+    log_to_driver: bool = False
+    driver_resources: dict[str, float] = field(default_factory=dict)  # e.g. {"driver_slot": 1}: pin drivers
+
+
+@dataclass(frozen=True)
+class FailureCfg:
+    max_failures: int
+    worker_max_failures: int
+
+
+@dataclass(frozen=True)
+class ReportCfg:
+    enabled: bool
+    dir: str
+    top_k: int
+
+
+@dataclass(frozen=True)
+class PromoteCfg:
+    enabled: bool
+    model_name: str | None
+    alias: str
+
+
+@dataclass(frozen=True)
+class ScheduleCfg:
+    name: str | None = None
+    warm_start_top_k: int = 3
+    regression_tolerance: float | None = None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Everything a sweep needs, typed. Built by :func:`build_spec`; safe to pickle into Ray."""
+
+    sweep: SweepCfg
+    trainable: TrainableCfg
+    space: dict[str, dict[str, Any]]
+    searcher: dict[str, Any]
+    scheduler: dict[str, Any]
+    tracking: TrackingCfg
+    cluster: ClusterCfg
+    storage_path: str
+    checkpoint_num_to_keep: int
+    failure: FailureCfg
+    report: ReportCfg
+    promote: PromoteCfg
+    schedule: ScheduleCfg
+    allowed_targets: tuple[str, ...]
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def searcher_name(self) -> str:
+        return str(self.searcher.get("name", "custom"))
+
+    @property
+    def scheduler_name(self) -> str:
+        return str(self.scheduler.get("name", "custom"))
+
+    def redacted(self) -> dict[str, Any]:
+        """The composed config with secret-looking values replaced: safe to log and store."""
+        out: dict[str, Any] = security.redact(self.raw)
+        return out
+
+    def digest(self) -> str:
+        """A hash over what must not change on resume: space, metric, mode, scheduler, searcher, trainable."""
+        key = {
+            "space": self.space, "metric": self.sweep.metric, "mode": self.sweep.mode,
+            "scheduler": self.scheduler, "searcher": self.searcher, "trainable": self.trainable.loop,
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

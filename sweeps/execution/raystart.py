@@ -1,0 +1,100 @@
+"""Starting or joining Ray with the settings a sweep needs (set before ``ray.init``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+
+def train_env(spec: SweepSpec) -> dict[str, str]:
+    """Env vars for Ray Train's controller and workers.
+
+    The default 2 s health-check interval makes each ``ray.train.report`` cost up to ~2 s (docs/ray.md).
+    Train's structured JSON logs (nobody reads them: the trial's own logs and MLflow are the record) and,
+    on the embedded local Ray (no node can be preempted), the preemption watcher are switched off: work
+    removed, though its time saving is within this machine's noise (benchmarks/RESULTS.md).
+    """
+    env = {
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(spec.cluster.health_check_interval_s),
+        "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(spec.cluster.worker_start_timeout_s),
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        "RAY_TRAIN_ENABLE_CONTROLLER_STRUCTURED_LOGGING": "0",
+        "RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING": "0",
+        "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+    }
+    if spec.cluster.mode == "local":
+        env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
+    return env
+
+
+def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | None = None) -> None:
+    """Start the embedded local Ray (127.0.0.1, token auth left on) or connect to the configured cluster."""
+    import ray
+
+    env = train_env(spec)
+    for k, v in env.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if ray.is_initialized():
+        return
+    runtime_env: dict[str, Any] = {"env_vars": env}
+    if spec.cluster.mode == "local":
+        ray.init(
+            num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs
+            num_gpus=spec.cluster.num_gpus,  # type: ignore[arg-type]
+            resources=custom or None,
+            runtime_env=runtime_env,
+            logging_level=logging.WARNING,
+            log_to_driver=spec.cluster.log_to_driver,
+            configure_logging=True,
+        )
+        return
+    address = spec.cluster.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise BadInput("cluster.address: cluster=remote needs an address (auto, ray://HOST:10001) or "
+                       "$RAY_ADDRESS")
+    try:
+        ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING,
+                 log_to_driver=spec.cluster.log_to_driver)
+    except ConnectionError as exc:
+        raise BadInput(f"cluster.address: cannot connect to Ray at {address!r} ({exc}); is the cluster "
+                       f"up, and does this process have its token (RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)?"
+                       ) from None
+
+
+_stopping: threading.Thread | None = None
+
+
+def stop_in_background() -> None:
+    """Begin shutting Ray down on a helper thread (its processes take 1-2 s to go); ``stop()`` waits for it.
+
+    The run pipeline calls this once the trials' results are read, so the report is drawn while Ray stops.
+    """
+    global _stopping
+    if _stopping is None:
+        _stopping = threading.Thread(target=_shutdown, name="sweeps-ray-stop", daemon=True)
+        _stopping.start()
+
+
+def stop() -> None:
+    """Stop Ray (or wait for a shutdown begun by ``stop_in_background``)."""
+    global _stopping
+    if _stopping is not None:
+        _stopping.join()
+        _stopping = None
+    _shutdown()
+
+
+def _shutdown() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,95 @@
+"""Ray's (and Optuna's, HyperOpt's) searcher and scheduler classes, instantiated from their ``_target_``."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from sweeps.config import space
+from sweeps.config.spec import SweepSpec
+from sweeps.config.targets import import_dotted
+
+log = logging.getLogger(__name__)
+
+
+def instantiate(node: dict[str, Any], **kwargs: Any) -> Any:
+    """``_target_`` + ``hydra.utils.instantiate``; passes only the kwargs the target accepts."""
+    from hydra.utils import instantiate as hydra_instantiate
+
+    cfg = {k: v for k, v in node.items() if k != "name"}
+    target = import_dotted(cfg["_target_"])
+    try:
+        accepted = inspect.signature(target).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    except (TypeError, ValueError):
+        pass
+    return hydra_instantiate(cfg, _convert_="all", **kwargs)
+
+
+def is_basic(spec: SweepSpec) -> bool:
+    """Random/grid search (Tune's BasicVariantGenerator): no model, no metric."""
+    return str(spec.searcher["_target_"]).endswith("BasicVariantGenerator")
+
+
+def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any]] | None = None) -> Any:
+    """The search algorithm, with warm-start points to evaluate first."""
+    points = list(points if points is not None else spec.sweep.points_to_evaluate)
+    kwargs: dict[str, Any] = {}
+    if is_basic(spec):
+        # An instance ignores TuneConfig.max_concurrent_trials (docs/ray.md): give it its own limit.
+        kwargs.update(random_state=spec.sweep.seed, max_concurrent=concurrency)
+    else:
+        kwargs.update(metric=spec.sweep.metric, mode=spec.sweep.mode)
+    if points:
+        kwargs["points_to_evaluate"] = points
+    return instantiate(spec.searcher, **kwargs)
+
+
+def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
+                      points: list[dict[str, Any]] | None = None, generation: int = 1) -> Any:
+    """A searcher that continues where an earlier sweep's left off (``extend``, nightly warm start).
+
+    Model-based searchers (Optuna, HyperOpt) are restored from ``searcher-state-*.pkl`` in the earlier
+    Tune experiment folder, so their suggestions use every finished trial. Random/grid search has no model:
+    it gets a fresh random stream (seed + generation) instead of repeating the earlier samples.
+    """
+    if is_basic(spec):
+        kwargs: dict[str, Any] = {"random_state": spec.sweep.seed + 1000 * generation,
+                                  "max_concurrent": concurrency}
+        if points:
+            kwargs["points_to_evaluate"] = points
+        return instantiate(spec.searcher, **kwargs)
+    searcher = build_searcher(spec, concurrency)
+    searcher.restore_from_dir(state_dir)
+    study = getattr(searcher, "_ot_study", None)  # OptunaSearch: queue warm-start points in the study
+    if points and study is not None:
+        for point in points:
+            study.enqueue_trial(point)
+    elif points:
+        log.warning("%s restored from %s: warm-start points are not re-queued", spec.searcher_name, state_dir)
+    return searcher
+
+
+def is_restored(searcher: Any) -> bool:
+    return searcher is not None and not type(searcher).__name__.startswith("BasicVariant")
+
+
+def build_scheduler(spec: SweepSpec) -> Any:
+    node = dict(spec.scheduler)
+    kwargs: dict[str, Any] = {}
+    if "hyperparam_mutations" in node:
+        kwargs["hyperparam_mutations"] = space.to_tune(node.pop("hyperparam_mutations") or {})
+    return instantiate(node, **kwargs)
+
+
+def param_space(spec: SweepSpec) -> dict[str, Any]:
+    return space.to_tune(spec.space, grid_choices=spec.searcher_name == "grid")
+
+
+def pauses_trials(scheduler: Any) -> bool:
+    """Whether Ray's scheduler can pause a trial (and so resume it later in a new worker group)."""
+    from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
+
+    return isinstance(scheduler, (PopulationBasedTraining, HyperBandScheduler, MedianStoppingRule))

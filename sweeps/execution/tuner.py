@@ -1,0 +1,99 @@
+"""The Tuner of a sweep: the trial function with its resources, the stopper, Tune's run and tune configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sweeps.config.spec import SweepSpec
+from sweeps.execution.plan import TRIAL_SLOT, Plan
+from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space, pauses_trials
+from sweeps.execution.trial import TrialSetup, run_trial
+
+
+def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
+    t = spec.trainable
+    resources = {k.upper() if k.lower() in ("cpu", "gpu") else k: v for k, v in t.resources_per_worker.items()}
+    if t.use_gpu:
+        resources["GPU"] = resources.get("GPU") or 1.0
+    return TrialSetup(
+        loop=t.loop, params=dict(t.params), num_workers=t.num_workers, use_gpu=t.use_gpu,
+        resources_per_worker=resources, placement_strategy=t.placement_strategy,
+        storage_path=spec.storage_path, train_dir=str(Path(spec.storage_path) / f"{sweep_id}-train"),
+        worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
+        checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed}, datasets=t.datasets,
+    )
+
+
+def trainable(spec: SweepSpec, sweep_id: str) -> Any:
+    from ray import tune
+
+    fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
+    # Only the driver's own resources: the Train controller reserves the workers' bundles itself
+    # (docs/ray.md). Extra driver resources can pin drivers to nodes that won't be lost.
+    resources = {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+    if spec.cluster.mode == "local":
+        resources[TRIAL_SLOT] = 1.0
+    return tune.with_resources(fn, resources)
+
+
+def count_limit(spec: SweepSpec, plan: Plan) -> int | None:
+    """Tune's count-based concurrency limit: none locally (the trial-slot resource limits), else the plan's."""
+    return None if spec.cluster.mode == "local" else plan.concurrent_trials
+
+
+class FinalEpoch:
+    """Tune stopper: a trial that reported its last epoch is done, before the scheduler sees that result.
+
+    Schedulers that pause trials (PBT/PB2 waiting for a perturbation, HyperBand at a rung, median stopping
+    yielding) would otherwise pause a trial at its final epoch, and resuming it restarts a whole Train worker
+    group only to find nothing left to train (or PBT clones a donor into a trial that has no epochs left).
+    The budget is the trial's own ``epochs`` (it may be searched) or the trainable's fixed one.
+    """
+
+    def __init__(self, epochs: int | None) -> None:
+        self.epochs = epochs
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        config = result.get("config") or {}
+        budget = config.get("epochs", self.epochs) if isinstance(config, dict) else self.epochs
+        epoch = result.get("epoch")
+        return isinstance(budget, (int, float)) and isinstance(epoch, (int, float)) and epoch >= budget
+
+
+def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
+                points: list[dict[str, Any]] | None = None, searcher: Any = None,
+                num_samples: int | None = None, name: str | None = None) -> Any:
+    """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one)."""
+    from ray import tune
+
+    from sweeps.execution.tune_logs import result_loggers
+
+    scheduler = build_scheduler(spec)
+    tune_config = tune.TuneConfig(
+        metric=spec.sweep.metric,
+        mode=spec.sweep.mode,
+        search_alg=searcher if searcher is not None else build_searcher(spec, count_limit(spec, plan) or 0, points),
+        scheduler=scheduler,
+        num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
+        max_concurrent_trials=count_limit(spec, plan),
+        time_budget_s=spec.sweep.time_budget_s,
+    )
+    run_config = tune.RunConfig(
+        name=name or sweep_id,
+        storage_path=spec.storage_path,
+        callbacks=[*callbacks, *result_loggers()],
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=spec.checkpoint_num_to_keep,
+            checkpoint_score_attribute=spec.sweep.metric,
+            checkpoint_score_order=spec.sweep.mode,
+        ),
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        stop=FinalEpoch(spec.trainable.epochs) if pauses_trials(scheduler) else None,
+        verbose=1,
+    )
+    # A restored model-based searcher already holds its space: Tune refuses a second one.
+    space_ = {} if is_restored(searcher) else param_space(spec)
+    return tune.Tuner(trainable(spec, sweep_id), param_space=space_, tune_config=tune_config,
+                      run_config=run_config)

@@ -1,0 +1,106 @@
+"""``doctor``: check the environment and say what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeps import paths
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _package(name: str, fix: str) -> Check:
+    try:
+        mod = importlib.import_module(name)
+        return Check(name, True, getattr(mod, "__version__", "installed"))
+    except Exception as exc:  # any import failure is a finding, not a crash
+        return Check(name, False, f"cannot import: {exc}", fix)
+
+
+def check_ray_default() -> Check:
+    try:
+        importlib.import_module("ray.dashboard")
+        importlib.import_module("aiohttp")
+        return Check("ray[default]", True, "dashboard + State API available")
+    except Exception as exc:
+        return Check("ray[default]", False, f"missing ({exc}): early-stopped trials leak their workers",
+                     "pip install 'ray[default,tune,train]'")
+
+
+def check_store(uri: str | None) -> Check:
+    from sweeps.errors import BadInput
+    from sweeps.tracking import client as mc
+
+    uri = uri or paths.default_tracking_uri()
+    try:
+        mc.probe(uri, timeout_s=5)
+        return Check("MLflow store", True, uri)
+    except BadInput as exc:
+        return Check("MLflow store", False, str(exc), "start the server, or drop tracking.uri for the local store")
+
+
+def check_storage(path: str | None) -> Check:
+    folder = Path(path) if path else paths.default_storage()
+    probe_dir = folder if folder.exists() else next((p for p in folder.parents if p.exists()), Path("/"))
+    if os.access(probe_dir, os.W_OK):
+        free = shutil.disk_usage(probe_dir).free / 2**30
+        ok = free > 1.0
+        return Check("storage", ok, f"{folder} writable, {free:.1f} GiB free",
+                     "" if ok else "free disk space: checkpoints need room")
+    return Check("storage", False, f"{folder} is not writable", "set storage.path to a writable folder")
+
+
+def check_crontab() -> Check:
+    found = shutil.which("crontab")
+    return Check("crontab", bool(found), found or "not found",
+                 "apt-get install cron (needed only for `sweeps schedule`)", required=False)
+
+
+def check_gpu() -> Check:
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+        detail = f"{n} CUDA device(s)" + (f": {torch.cuda.get_device_name(0)}" if n else "")
+        return Check("GPU", n > 0, detail, "none needed for CPU sweeps; use_gpu=true needs one", required=False)
+    except Exception as exc:
+        return Check("GPU", False, f"torch cannot query CUDA: {exc}", required=False)
+
+
+def check_auth() -> Check:
+    mode = os.environ.get("RAY_AUTH_MODE", "")
+    if mode.lower() in ("disabled", "none", "off"):
+        return Check("Ray token auth", False, f"RAY_AUTH_MODE={mode}", "unset RAY_AUTH_MODE: keep auth on")
+    return Check("Ray token auth", True, "on (Ray's default)")
+
+
+def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> list[Check]:
+    checks: list[Callable[[], Check]] = [
+        lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
+        lambda: _package("ray", "pip install 'ray[default,tune,train]'"),
+        check_ray_default,
+        lambda: _package("torch", "pip install torch==2.13.0"),
+        lambda: _package("mlflow", "pip install mlflow"),
+        lambda: _package("optuna", "pip install optuna"),
+        lambda: _package("hyperopt", "pip install hyperopt"),
+        lambda: _package("trainables", "pip install -e . (the trainables package must be installed)"),
+        lambda: check_store(tracking_uri),
+        lambda: check_storage(storage),
+        check_crontab,
+        check_gpu,
+        check_auth,
+    ]
+    return [c() for c in checks]

@@ -1,0 +1,121 @@
+"""``resume`` (continue an interrupted sweep) and ``extend`` (add trials to a finished one).
+
+Both rebuild the spec from the sweep's stored overrides (plus any new ones) and refuse when what defines
+the sweep changed (search space, metric, mode, scheduler, searcher, trainable: the config digest).
+Both reuse the sweep's MLflow parent run and its child runs: no duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from sweeps import store
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput
+from sweeps.lease import driver_id, pid_alive
+from sweeps.ops import run as runner
+from sweeps.ops.launch import launched
+from sweeps.ops.prepare import prepare
+from sweeps.tracking import client as mc
+
+log = logging.getLogger(__name__)
+
+
+def _spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
+    spec = prepare([*rec.overrides, *extra])
+    if spec.digest() != rec.digest:
+        raise BadInput(
+            f"config: the sweep {rec.sweep_id} was started with a different search space, metric, mode, "
+            f"scheduler, searcher or trainable (digest {rec.digest} != {spec.digest()}); resuming would mix "
+            f"two sweeps. Undo the change, or start a new sweep with `python -m sweeps run ...`")
+    if spec.storage_path != rec.storage_path:
+        spec = _with_storage(spec, rec.storage_path)
+    return spec
+
+
+def _with_storage(spec: SweepSpec, path: str) -> SweepSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, storage_path=path)
+
+
+def _reopen_parent(c: Any, rec: store.SweepRecord) -> None:
+    if not rec.parent_run_id:
+        return
+    c.update_run(rec.parent_run_id, status="RUNNING")
+    c.set_tag(rec.parent_run_id, mc.TAG_DRIVER, driver_id())
+
+
+def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None = None) -> runner.Outcome:
+    """Continue an interrupted sweep from Tune's saved experiment state.
+
+    Finished trials are kept; unfinished ones continue from their last checkpoint; errored ones are
+    resumed from their last checkpoint when ``retry_errored``. The searcher's state is restored by Tune.
+    """
+    from ray import tune
+
+    from sweeps.execution import tuner as tuner_mod
+    from sweeps.execution.tune_logs import result_loggers
+
+    rec = store.load(sweep_id)
+    exp_dir = rec.experiment_dirs[-1]
+    if rec.status == "running" and rec.driver_pid and _alive(rec.driver_pid):
+        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} is still running (driver pid {rec.driver_pid})")
+    if rec.status == "finished" and not retry_errored:
+        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} already finished; use `python -m sweeps extend "
+                       f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
+    spec = _spec_for(rec, extra or [])
+    if not tune.Tuner.can_restore(exp_dir):
+        raise BadInput(f"SWEEP_ID: no resumable Tune state in {exp_dir} (the driver died before Tune saved "
+                       f"its first snapshot); start the sweep again")
+    with launched(spec) as (_plan, c):
+        _reopen_parent(c, rec)
+        rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid())
+        tracker = runner.make_tracker(spec, rec)
+        tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
+                                   resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
+        # The pickled run config holds the old callback objects; track with a fresh one (same parent run).
+        internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
+        if internal is None:
+            raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
+        internal.get_run_config().callbacks = [tracker, *result_loggers()]
+        log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
+        return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+
+
+def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> runner.Outcome:
+    """Add ``more_trials`` trials to a finished sweep, suggested by its restored searcher."""
+    from sweeps.execution import searchers
+    from sweeps.execution import tuner as tuner_mod
+
+    if more_trials < 1:
+        raise BadInput(f"--more-trials: must be >= 1, got {more_trials}")
+    rec = store.load(sweep_id)
+    if rec.status == "running":
+        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} is still running or was interrupted; "
+                       f"finish it first with `python -m sweeps resume {rec.sweep_id}`")
+    if rec.status == "interrupted":
+        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} was interrupted; `python -m sweeps resume "
+                       f"{rec.sweep_id}` finishes it, then extend")
+    spec = _spec_for(rec, extra or [])
+    generation = len(rec.experiment_dirs)
+    name = f"{rec.sweep_id}-ext{generation}"
+    with launched(spec) as (the_plan, c):
+        searcher = searchers.restored_searcher(spec, tuner_mod.count_limit(spec, the_plan) or 0,
+                                               rec.experiment_dirs[-1], generation=generation)
+        _reopen_parent(c, rec)
+        rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid(),
+                           experiment_dirs=[*rec.experiment_dirs, str(Path(spec.storage_path) / name)])
+        tracker = runner.make_tracker(spec, rec)
+        tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
+                                      num_samples=more_trials, name=name)
+        log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
+                 more_trials, spec.searcher_name, rec.experiment_dirs[-2])
+        return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+
+
+def _alive(pid: int) -> bool:
+    return pid != os.getpid() and pid_alive(pid)

@@ -1,0 +1,174 @@
+"""The run pipeline: compose -> spec -> plan -> tune (+ track) -> report -> promote.
+
+Each stage takes the previous stage's object. Nothing here touches Ray, MLflow or disk until the whole config
+has been validated and the plan fits (:mod:`sweeps.ops.prepare`, :mod:`sweeps.ops.launch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeps import store
+from sweeps.config import security
+from sweeps.config.spec import SweepSpec
+from sweeps.execution import raystart
+from sweeps.ops.launch import launched
+from sweeps.ops.signals import Signals
+from sweeps.reports import summary
+from sweeps.tracking.callback import make_callback
+from sweeps.tracking.parent import finish_parent, open_parent
+
+log = logging.getLogger(__name__)
+MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
+
+
+@dataclass
+class Outcome:
+    """What a finished (or interrupted) sweep hands back to the CLI."""
+
+    record: store.SweepRecord
+    summary: summary.Summary
+    interrupted: bool = False
+    report_paths: list[str] = field(default_factory=list)
+    promotion: str | None = None
+
+
+def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id: str, parent: str, slots: int,
+               schedule: str | None, previous: str | None) -> store.SweepRecord:
+    """The index record of a sweep that is about to start."""
+    return store.SweepRecord(
+        sweep_id=sweep_id, experiment=spec.sweep.name, created=time.time(), status="running",
+        storage_path=spec.storage_path, experiment_dirs=[str(Path(spec.storage_path) / sweep_id)],
+        tracking_uri=spec.tracking.uri, mlflow_experiment_id=exp_id, parent_run_id=parent,
+        overrides=list(overrides), config=spec.redacted(), digest=spec.digest(), metric=spec.sweep.metric,
+        mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
+        schedule=schedule, previous_sweep_id=previous, driver_pid=os.getpid(), slots=slots,
+    )
+
+
+def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None = None,
+            previous: str | None = None, points: list[dict[str, Any]] | None = None,
+            searcher_state_dir: str | None = None) -> Outcome:
+    """Run a validated sweep end to end."""
+    from sweeps.execution.searchers import restored_searcher
+    from sweeps.execution.tuner import build_tuner, count_limit
+
+    with launched(spec) as (the_plan, c):
+        sweep_id = store.new_sweep_id(spec.sweep.name)
+        c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous)
+        rec = new_record(spec, sweep_id, overrides, exp_id, parent, the_plan.concurrent_trials, schedule, previous)
+        store.save(rec)
+        log.info("sweep %s: %s trial(s), %d at a time; results in %s", sweep_id,
+                 the_plan.total_trials or "unbounded", the_plan.concurrent_trials, rec.experiment_dir)
+        tracker = make_tracker(spec, rec)
+        searcher = None
+        if searcher_state_dir:
+            searcher = restored_searcher(spec, count_limit(spec, the_plan) or 0, searcher_state_dir, points)
+        tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
+        return fit_and_finish(spec, rec, tuner, tracker, c)
+
+
+def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
+    secrets: set[str] = set()
+    security.redact(spec.raw, secrets)
+    return make_callback(
+        uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
+        sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
+        fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
+        log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
+        secrets=secrets,
+    )
+
+
+def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any) -> Outcome:
+    """Fit; whatever happens, leave every MLflow run final and the index record honest."""
+    t0 = time.monotonic()
+    status, interrupted = "failed", False
+    signals = Signals()
+    try:
+        with signals:
+            tuner.fit()
+        interrupted = signals.interrupted
+        status = "interrupted" if interrupted else "finished"
+    except KeyboardInterrupt:
+        interrupted, status = True, "interrupted"
+    finally:
+        wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
+        tracker.close_open("KILLED")
+        records_ = _records(spec, rec, settled=status == "finished")
+        summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
+                               max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots)
+        budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
+        if status == "finished" and summ.counts["unfinished"] and not budget_hit:
+            interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
+        rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds)
+    out = Outcome(record=rec, summary=summ, interrupted=interrupted)
+    raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
+    if spec.report.enabled:
+        out.report_paths = _report(rec, records_, summ, spec, c)
+    if spec.promote.enabled and status == "finished":
+        out.promotion = _promote(rec, spec)
+    return out
+
+
+def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
+                  mlflow_seconds: float) -> store.SweepRecord:
+    """The index record and the parent run say how the sweep ended."""
+    best = {}
+    if summ.best is not None:
+        best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
+    rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts)
+    try:
+        finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
+    except Exception as exc:
+        log.warning("MLflow: could not finish the parent run (%s); `sweeps sync %s` retries", exc, rec.sweep_id)
+    return rec
+
+
+def _records(spec: SweepSpec, rec: store.SweepRecord, settled: bool) -> list[Any]:
+    from sweeps.reports.results import load_records
+
+    try:
+        return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, spec.trainable.epochs,
+                            settled=settled)
+    except Exception as exc:  # a sweep that died before Tune wrote its state has no trials
+        log.warning("could not read trial results from %s (%s)", rec.experiment_dirs, exc)
+        return []
+
+
+def _report(rec: store.SweepRecord, records_: list[Any], summ: summary.Summary, spec: SweepSpec,
+            c: Any) -> list[str]:
+    from sweeps.reports.write import write_all
+
+    try:
+        out_dir = Path(spec.report.dir) / rec.experiment / rec.sweep_id
+        written = write_all(rec, records_, summ, out_dir)
+        store.update(rec.sweep_id, report_dir=str(out_dir.resolve()))
+        try:
+            c.log_artifacts(rec.parent_run_id, str(out_dir), artifact_path="report")
+        except Exception as exc:
+            log.warning("MLflow: could not upload the report (%s)", exc)
+        return [str(p) for p in written]
+    except Exception as exc:  # a report failure must not lose the sweep
+        log.exception("report failed: %s (rebuild with `python -m sweeps report %s`)", exc, rec.sweep_id)
+        return []
+
+
+def _promote(rec: store.SweepRecord, spec: SweepSpec) -> str:
+    from sweeps.errors import GateRefused
+    from sweeps.registry.promote import promote
+
+    try:
+        res = promote(rec.sweep_id, model_name=spec.promote.model_name, alias=spec.promote.alias)
+        return str(res)
+    except GateRefused as exc:
+        return f"not promoted: {exc}"
+    except Exception as exc:
+        log.warning("auto-promotion failed: %s", exc)
+        return f"promotion failed: {exc}"

@@ -1,0 +1,150 @@
+"""The champion gate and the registry's naming rules: pure functions, no I/O.
+
+A version's lineage and recorded metric live in its tags (``TAG_*``); the gate compares a candidate's value
+with the value the alias's current version recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sweeps.errors import BadInput, GateRefused
+
+ALIAS = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
+
+
+RESERVED_ALIAS = re.compile(r"^(latest|v\d+)$", re.IGNORECASE)
+
+
+EXAMPLE_ROWS = 5
+
+
+# Version tags: the lineage of a registered model version.
+TAG_SWEEP = "sweep_id"
+
+
+TAG_TRIAL = "trial_id"
+
+
+TAG_METRIC = "metric"
+
+
+TAG_VALUE = "metric_value"
+
+
+TAG_MODE = "mode"
+
+
+TAG_GIT = "git_commit"
+
+
+TAG_DIGEST = "config_digest"
+
+
+TAG_RUN = "run_id"
+
+
+TAG_CHECKPOINT = "checkpoint"
+
+
+TAG_FORCED = "forced"
+
+
+EVAL_TAGS = ("accuracy", "rmse")
+
+
+# -- pure rules ---------------------------------------------------------------------------------------------
+def check_model_name(name: str | None, key: str = "--model-name") -> str:
+    """The name, or BadInput when it is empty, path-like or has odd characters."""
+    from sweeps.config.naming import model_name_errors
+
+    errors = model_name_errors(key, name or "")
+    if errors:
+        raise BadInput(*errors)
+    return str(name)
+
+
+def check_alias(alias: str | None, key: str = "--alias") -> str:
+    """The alias, or BadInput (MLflow aliases: letters, digits, ``_``, ``-``; not ``latest`` nor ``v<N>``)."""
+    if not alias or not ALIAS.match(alias):
+        raise BadInput(f"{key}: {alias!r} is not a valid alias; use letters, digits, _ or - (e.g. champion)")
+    if RESERVED_ALIAS.match(alias):
+        raise BadInput(f"{key}: {alias!r} is reserved by MLflow (latest, v1, v2...); choose another, e.g. "
+                       f"champion")
+    return alias
+
+
+def is_better(new: float, old: float, mode: str) -> bool:
+    """True when ``new`` is strictly better than ``old`` under ``mode`` (NaN is never better)."""
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode must be min or max, got {mode!r}")
+    if not math.isfinite(new):
+        return False
+    if not math.isfinite(old):
+        return True
+    return new > old if mode == "max" else new < old
+
+
+@dataclass(frozen=True)
+class Champion:
+    """What the alias points at now, as recorded in that version's tags."""
+
+    version: str
+    metric: str | None
+    mode: str | None
+    value: float | None
+
+    @classmethod
+    def from_tags(cls, version: str, tags: Mapping[str, str]) -> Champion:
+        return cls(version=str(version), metric=tags.get(TAG_METRIC), mode=tags.get(TAG_MODE),
+                   value=_float(tags.get(TAG_VALUE)))
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def gate(champion: Champion | None, *, name: str, alias: str, metric: str, mode: str, value: float,
+         force: bool = False) -> str | None:
+    """Decide whether a candidate may take the alias.
+
+    Returns a note on what it replaces (None when the alias is free). Raises GateRefused when the champion is
+    better or equal, or when the champion's record cannot be compared (another metric or mode, no value),
+    unless ``force``.
+    """
+    if champion is None:
+        return None
+    where = f"{name}@{alias} (version {champion.version})"
+    if champion.metric != metric or champion.mode != mode or champion.value is None:
+        note = (f"{where} recorded {champion.metric or '?'} = {champion.value} ({champion.mode or '?'}), "
+                f"which cannot be compared with {metric} ({mode})")
+        if force:
+            return f"replaced {note} (forced)"
+        raise GateRefused(f"promote: {note}; nothing registered. Pass --force to promote anyway, or use "
+                          f"another --model-name/--alias")
+    summary = f"{where} has {metric} = {champion.value:.6g}"
+    if is_better(value, champion.value, mode):
+        return f"replaced {summary}"
+    if force:
+        return f"replaced {summary} (forced; candidate {value:.6g} is not better)"
+    raise GateRefused(f"promote: {summary} ({mode}), at least as good as the candidate's {value:.6g}; "
+                      f"nothing registered. Pass --force to promote anyway")
+
+
+def score(outputs: Any, labels: Any) -> dict[str, float]:
+    """Accuracy (argmax) for a classifier's logits and integer labels, else rmse. numpy arrays in."""
+    import numpy as np
+
+    out, y = np.asarray(outputs), np.asarray(labels)
+    # (N, C) logits vs (N,) labels, or per-position (N, T, V) logits vs (N, T) token ids (a language model)
+    if out.ndim == y.ndim + 1 and out.shape[-1] > 1 and np.issubdtype(y.dtype, np.integer):
+        return {"accuracy": float((out.argmax(axis=-1) == y).mean())}
+    err = out.reshape(len(y)).astype(np.float64) - y.astype(np.float64)
+    return {"rmse": float(np.sqrt(np.mean(err ** 2)))}

@@ -1,0 +1,176 @@
+"""Promotion: a sweep's best checkpoint -> an MLflow model in the trial's run -> a registry version + alias.
+
+Pipeline (everything that can be refused is checked before anything is written):
+
+1. the sweep record (``store.load``; ``latest`` works) and its trials (``results.load_records``);
+2. the trial: ``--trial`` or the sweep's best (``summary.collect``); its best remaining checkpoint folder,
+   verified file by file (``trainables.common.CHECKPOINT_FILES``);
+3. the model, rebuilt by the trainable's own builder (``trainable.builder``) with the trainable's params plus
+   the trial's, loaded with ``torch.load(weights_only=True)`` and evaluated on the trainable's
+   ``validation_data()`` (accuracy for classifiers, rmse for regressors);
+4. the gate: the version the alias points at must have recorded a worse value of the same metric and mode,
+   unless ``force``;
+5. ``mlflow.pytorch.log_model`` into the trial's run (with an input example, so MLflow infers the signature),
+   ``mlflow.register_model(<logged model uri>)`` (``runs:/`` URIs fail in MLflow 3: docs/mlflow.md), lineage
+   tags on the version, and the alias moved to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweeps.errors import BadInput
+from sweeps.registry import registry
+from sweeps.registry.gate import (
+    TAG_CHECKPOINT,
+    TAG_DIGEST,
+    TAG_FORCED,
+    TAG_GIT,
+    TAG_METRIC,
+    TAG_MODE,
+    TAG_RUN,
+    TAG_SWEEP,
+    TAG_TRIAL,
+    TAG_VALUE,
+    check_alias,
+    check_model_name,
+    gate,
+)
+from sweeps.registry.model import evaluate, rebuild, verify_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, trial_id: str | None) -> Any:
+    """The trial to promote: ``trial_id``, else the sweep's best. BadInput if unknown or unsuccessful."""
+    from sweeps.reports.summary import collect, rank, to_row
+
+    if trial_id is not None:
+        found = [r for r in records if r.trial_id == trial_id]
+        if not found:
+            known = ", ".join(r.trial_id for r in records) or "(none)"
+            raise BadInput(f"--trial: no trial {trial_id!r} in sweep {sweep_id}; trials: {known}")
+        if not rank([to_row(found[0], metric, mode)], mode):
+            raise BadInput(f"--trial: trial {trial_id} did not succeed (status {found[0].status}, no finite "
+                           f"{metric}); pick a successful trial")
+        return found[0]
+    best = collect(list(records), metric, mode).best
+    if best is None:
+        raise BadInput(f"SWEEP_ID: sweep {sweep_id} has no successful trial (none reported a finite "
+                       f"{metric}); nothing to promote")
+    return next(r for r in records if r.trial_id == best.trial_id)
+
+
+def trial_value(trial: Any, checkpoint: str, metric: str, mode: str) -> float:
+    """The sweep metric of the promoted checkpoint (its meta.json), else the trial's best value."""
+    import json
+
+    from sweeps.reports.summary import best_value
+
+    try:
+        v = json.loads((Path(checkpoint) / "meta.json").read_text()).get(metric)
+    except ValueError:
+        v = None
+    if isinstance(v, int | float) and math.isfinite(v):
+        return float(v)
+    return best_value(trial.values(metric), mode)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A registered version; ``str()`` is the line the CLI prints."""
+
+    model_name: str
+    version: str
+    alias: str
+    sweep_id: str
+    trial_id: str
+    metric: str
+    mode: str
+    value: float
+    evaluation: dict[str, float]
+    model_uri: str
+    replaced: str | None = None
+
+    def __str__(self) -> str:
+        evals = ", ".join(f"{k} {v:.4f}" for k, v in self.evaluation.items())
+        text = (f"registered {self.model_name} version {self.version} as @{self.alias}: trial "
+                f"{self.trial_id} of {self.sweep_id}, {self.metric} = {self.value:.4f} ({self.mode}); "
+                f"{evals} on the validation data")
+        if self.replaced:
+            text += f"; {self.replaced}"
+        return text + f". Load it with mlflow.pyfunc.load_model('models:/{self.model_name}@{self.alias}')"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    rec: Any
+    trial: Any
+    checkpoint: str
+    value: float
+
+
+def _candidate(sweep_id: str, trial_id: str | None) -> _Candidate:
+    from sweeps import store
+    from sweeps.reports.results import load_records
+
+    rec = store.load(sweep_id)
+    records = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
+    trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, trial_id)
+    checkpoint = verify_checkpoint(trial.best_checkpoint, trial.trial_id)
+    return _Candidate(rec, trial, checkpoint, trial_value(trial, checkpoint, rec.metric, rec.mode))
+
+
+def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champion",
+            trial_id: str | None = None, force: bool = False) -> Promotion:
+    """Register a sweep's best (or named) trial's checkpoint as a new version of ``model_name`` at ``alias``.
+
+    Args:
+        sweep_id: a sweep id or ``latest``.
+        model_name: registry name; default: the sweep's experiment name.
+        alias: the alias to move to the new version (the gate compares against its current version).
+        trial_id: promote this trial instead of the sweep's best.
+        force: skip the gate.
+
+    Raises:
+        BadInput: bad name/alias, unknown sweep or trial, no successful trial, missing/incomplete checkpoint.
+        GateRefused: the alias's current version recorded a better or equal value.
+
+    Example:
+        ``promote("latest", model_name="digits-mlp")`` then
+        ``mlflow.pyfunc.load_model("models:/digits-mlp@champion")``.
+    """
+    if model_name is not None:
+        check_model_name(model_name)
+    alias = check_alias(alias)
+    cand = _candidate(sweep_id, trial_id)
+    rec, trial = cand.rec, cand.trial
+    name = check_model_name(model_name or rec.experiment, "--model-name (default: the experiment name)")
+    registry.check_store(rec.tracking_uri)
+    model, x_val, y_val = rebuild(rec, trial, cand.checkpoint)
+    evaluation = evaluate(model, x_val, y_val)
+
+    from sweeps.tracking import client as mc
+
+    c = mc.client(rec.tracking_uri)
+    run = registry.find_trial_run(c, rec, trial.trial_id)
+    replaced = gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=rec.metric,
+                    mode=rec.mode, value=cand.value, force=force)
+    git = c.get_run(rec.parent_run_id).data.tags.get("git_commit", "unknown")
+    tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
+            TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
+            TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint,
+            **{k: repr(v) for k, v in evaluation.items()}}
+    if force and replaced:
+        tags[TAG_FORCED] = "true"
+    version, uri = registry.register(rec, run.info.run_id, model, x_val, name, tags)
+    c.set_registered_model_alias(name, alias, version)
+    log.info("registered %s version %s (%s) as @%s", name, version, uri, alias)
+    return Promotion(model_name=name, version=version, alias=alias, sweep_id=rec.sweep_id,
+                     trial_id=trial.trial_id, metric=rec.metric, mode=rec.mode, value=cand.value,
+                     evaluation=evaluation, model_uri=uri, replaced=replaced)

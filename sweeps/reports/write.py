@@ -1,0 +1,83 @@
+"""Writing a sweep's report folder: trials.csv, summary.md, report.html and the PNG plots."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sweeps.reports import summary as summary_mod
+from sweeps.reports.formats import FORMATS, csv_text, html, markdown
+from sweeps.reports.importance import param_importances
+from sweeps.reports.outline import Analysis
+from sweeps.reports.summary import Summary
+from sweeps.store import SweepRecord
+
+log = logging.getLogger(__name__)
+
+
+def complete(rec: SweepRecord, records: list[Any], summ: Summary) -> Summary:
+    """The summary with what the run-time one lacks: per-trial resources (from the sweep's config) and
+    hyperparameter schedules (from Tune's result files). Unchanged when there are no records to re-read."""
+    if not records:
+        return summ
+    from sweeps.reports.results import read_param_schedules
+
+    cpus, gpus = summary_mod.trial_resources(rec.config)
+    try:
+        schedules = read_param_schedules(records)
+    except OSError as exc:
+        log.warning("could not read hyperparameter schedules (%s)", exc)
+        schedules = {}
+    return summary_mod.recollect(
+        summ, records, cpus_per_trial=cpus, gpus_per_trial=gpus, schedules=schedules or None
+    )
+
+
+def analyze(rec: SweepRecord, summ: Summary) -> Analysis:
+    """Hyperparameter importances (Optuna), or the reason there are none."""
+    try:
+        imp, why = param_importances(summ, rec.config.get("search_space") or {})
+    except Exception as exc:  # an analysis failure must not cost the report
+        log.warning("importance failed: %s", exc)
+        imp, why = {}, f"failed ({exc})"
+    return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [])
+
+
+def write(
+    rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
+    """Write the requested formats (``md``, ``csv``, ``html``; html brings the PNG plots) into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summ = complete(rec, records, summ)
+    written: list[Path] = []
+    if "csv" in formats:
+        p = out_dir / "trials.csv"
+        p.write_text(csv_text(summ))
+        written.append(p)
+    if "md" not in formats and "html" not in formats:
+        return written
+    analysis = analyze(rec, summ)
+    plots: list[Path] = []
+    if "html" in formats:
+        from sweeps.reports import plots as plots_mod
+
+        plots, notes = plots_mod.write_plots(
+            summ, rec.config.get("search_space") or {}, analysis.importances, out_dir
+        )
+        analysis = Analysis(analysis.importances, [*analysis.notes, *notes])
+    if "md" in formats:
+        p = out_dir / "summary.md"
+        p.write_text(markdown(rec, summ, analysis))
+        written.append(p)
+    if "html" in formats:
+        p = out_dir / "report.html"
+        p.write_text(html(rec, summ, plots, analysis, [w.name for w in written]))
+        written += [p, *plots]
+    return written
+
+
+def write_all(rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path) -> list[Path]:
+    """trials.csv, summary.md, report.html and the PNG plots into ``out_dir``; returns the paths written."""
+    return write(rec, records, summ, out_dir, FORMATS)

@@ -1,0 +1,312 @@
+"""The Tune callback that writes MLflow: one nested child run per trial, always left in a final state.
+
+All writes happen on the driver (so a SQLite store has a single writer however many trials run). Metrics are
+buffered per trial and sent with ``log_batch``; a failed send keeps the buffer and is retried at the next
+flush, so an MLflow server that is down for a while loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweeps.config import security
+from sweeps.lease import driver_id
+from sweeps.tracking.client import (
+    MAX_METRICS,
+    PARENT_TAG,
+    SKIP_RESULT_KEYS,
+    TAG_DRIVER,
+    TAG_KIND,
+    TAG_SWEEP,
+    TAG_TRIAL,
+    TERMINAL,
+    chunks,
+    client,
+    find_runs,
+    log_params,
+    set_tags,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Timer:
+    """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> _Timer:
+        self._t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds += time.perf_counter() - self._t
+
+
+def make_callback(**kwargs: Any) -> Any:
+    """Build the Tune callback (Tune is imported lazily, so this module stays light)."""
+    from ray.tune import Callback
+
+    class MlflowTrackingCallback(_Tracker, Callback):  # type: ignore[misc]
+        pass
+
+    return MlflowTrackingCallback(**kwargs)
+
+
+class _Tracker:
+    """Tune callback body: child runs, batched metrics, best checkpoints, final statuses."""
+
+    def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, sweep_id: str, metric: str,
+                 mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
+                 log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = ()) -> None:
+        self.uri = uri
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.sweep_id = sweep_id
+        self.metric = metric
+        self.mode = mode
+        self.fixed_params = dict(fixed_params)
+        self.flush_interval_s = flush_interval_s
+        self.log_checkpoints = log_checkpoints
+        self.epochs = epochs
+        self.secrets = set(secrets)
+        self.timer = _Timer()
+        self.runs: dict[str, str] = {}  # trial id -> run id
+        self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
+        self.buffers: dict[str, list[Any]] = {}
+        self.best_ckpt: dict[str, tuple[float, str, int]] = {}  # trial id -> (score, path, iteration)
+        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
+        self.last_flush = 0.0
+        self.failed_sends = 0
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
+        state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
+        return state
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = client(self.uri)
+        return self._client
+
+    def _existing_runs(self) -> dict[str, str]:
+        runs = find_runs(self.client, [self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
+        return {r.data.tags[TAG_TRIAL]: r.info.run_id for r in runs if TAG_TRIAL in r.data.tags}
+
+    def setup(self, **info: Any) -> None:
+        with self.timer:
+            self.runs.update(self._existing_runs())  # resume: reuse the same runs, never duplicate them
+
+    def _run_for(self, trial: Any) -> str:
+        tid = trial.trial_id
+        if tid in self.runs:
+            return self.runs[tid]
+        with self.timer:
+            run = self.client.create_run(
+                self.experiment_id, run_name=str(trial),
+                tags={PARENT_TAG: self.parent_run_id, TAG_SWEEP: self.sweep_id, TAG_TRIAL: tid,
+                      TAG_KIND: "trial", TAG_DRIVER: driver_id()},
+            )
+            self.runs[tid] = run.info.run_id
+            self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
+            sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
+            log_params(self.client, run.info.run_id, {**self.fixed_params, **sampled})
+        return self.runs[tid]
+
+    def _score(self, result: Mapping[str, Any]) -> float | None:
+        v = result.get(self.metric)
+        if not isinstance(v, int | float) or not math.isfinite(v) or result.get("sweeps/nonfinite"):
+            return None
+        return float(v) if self.mode == "max" else -float(v)
+
+    def flush(self, force: bool = False) -> bool:
+        """Send buffered metrics; keep them on failure. Returns True when nothing is left pending."""
+        now = time.monotonic()
+        if not force and now - self.last_flush < self.flush_interval_s:
+            return False
+        self.last_flush = now
+        ok = True
+        for tid, buf in list(self.buffers.items()):
+            if not buf:
+                continue
+            run_id = self.runs.get(tid)
+            if run_id is None:
+                ok = False  # its run could not be created yet: retried on the trial's next result or end
+                continue
+            try:
+                with self.timer:
+                    for chunk in chunks(buf, MAX_METRICS):
+                        self.client.log_batch(run_id, metrics=chunk)
+                        del buf[:len(chunk)]
+            except Exception as exc:  # server down: keep the rest, retry at the next flush
+                self.failed_sends += 1
+                ok = False
+                if self.failed_sends in (1, 10) or self.failed_sends % 100 == 0:
+                    log.warning("MLflow unreachable (%s); %d metric(s) buffered for retry",
+                                type(exc).__name__, sum(map(len, self.buffers.values())))
+                break
+        if ok and self.finals:
+            ok = self._try_finals()
+        return ok
+
+    # -- Tune callback hooks ----------------------------------------------------------------------------
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        try:
+            run_id = self._run_for(trial)
+            if run_id in self.opened:
+                return  # new this sweep, or still RUNNING from this driver (a PBT pause and restart)
+            with self.timer:  # a resumed sweep's run: it was closed as KILLED by the driver that died
+                self.client.update_run(run_id, status="RUNNING")
+                self.client.set_tag(run_id, TAG_DRIVER, driver_id())
+            self.opened.add(run_id)
+        except Exception as exc:
+            log.warning("MLflow: could not open the run of %s (%s); metrics stay buffered", trial, exc)
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        from mlflow.entities import Metric
+
+        step = int(result.get("training_iteration", 0))
+        ts = int(result.get("timestamp", time.time()) * 1000)
+        buf = self.buffers.setdefault(trial.trial_id, [])
+        for k, v in result.items():
+            if k in SKIP_RESULT_KEYS or isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            buf.append(Metric(k, float(v), ts, step))
+        # the hyperparameters in force at each step: PBT's explore shows up as a schedule
+        for k, v in trial.config.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and not str(k).startswith("_"):
+                buf.append(Metric(f"hp/{k}", float(v), ts, step))
+        if trial.trial_id not in self.runs:
+            try:
+                self._run_for(trial)
+            except Exception:  # retried at the next result
+                return
+        self.flush()
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
+                      **info: Any) -> None:
+        score = self._score(trial.last_result or {})
+        if score is None:
+            return
+        best = self.best_ckpt.get(trial.trial_id)
+        if best is None or score > best[0]:
+            self.best_ckpt[trial.trial_id] = (score, checkpoint.path,
+                                              int((trial.last_result or {}).get("training_iteration", 0)))
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        run_id = self.runs.get(trial.trial_id)
+        if run_id:
+            self._safe(lambda: self.client.set_tag(run_id, "retries", str(trial.num_failures)))
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._finish(trial, "FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._finish(trial, "FAILED")
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.drain()
+
+    # -- endings ----------------------------------------------------------------------------------------
+    def _safe(self, fn: Any) -> None:
+        try:
+            with self.timer:
+                fn()
+        except Exception as exc:
+            log.warning("MLflow call failed: %s", exc)
+
+    def _finish(self, trial: Any, status: str) -> None:
+        """Queue the trial's final writes (metrics, error, best checkpoint, tags, status) and try them now.
+
+        If MLflow is unreachable they stay queued: every later flush retries, and :meth:`drain` at the end
+        of the sweep waits for them, so a server that is down for a while loses nothing.
+        """
+        last = trial.last_result or {}
+        epoch = last.get("epoch")
+        early = bool(status == "FINISHED" and self.epochs and isinstance(epoch, int | float)
+                     and epoch < self.epochs)
+        tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
+                "retries": str(trial.num_failures), "trial_dir": trial.path or ""}
+        error = None
+        if status == "FAILED":
+            error = security.scrub(_error_text(trial), self.secrets)
+        best = self.best_ckpt.get(trial.trial_id)
+        if best is not None:
+            tags["best_checkpoint"] = best[1]
+            tags["best_checkpoint_iteration"] = str(best[2])
+        self.finals[trial.trial_id] = (trial, status, tags, error, best[1] if best else None)
+        self.flush(force=True)
+
+    def _try_finals(self) -> bool:
+        for tid, (trial, status, tags, error, ckpt) in list(self.finals.items()):
+            if self.buffers.get(tid):
+                return False  # metrics first: a FINISHED run must already hold its history
+            try:
+                run_id = self._run_for(trial)
+                with self.timer:
+                    if error is not None:
+                        self._log_error(run_id, error)
+                    if ckpt and self.log_checkpoints and os.path.isdir(ckpt):
+                        self.client.log_artifacts(run_id, ckpt, artifact_path="checkpoint")
+                    set_tags(self.client, run_id, tags)
+                    self.client.set_terminated(run_id, status=status)
+                self.opened.discard(run_id)
+                del self.finals[tid]
+            except Exception as exc:
+                log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
+                return False
+        return True
+
+    def drain(self, timeout_s: float = 120.0) -> bool:
+        """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.flush(force=True) and not self.finals:
+                return True
+            if time.monotonic() > deadline:
+                left = sum(map(len, self.buffers.values()))
+                log.warning("MLflow still unreachable: %d metric value(s) and %d run ending(s) not written; "
+                            "`python -m sweeps sync SWEEP_ID` back-fills them from the Ray results",
+                            left, len(self.finals))
+                return False
+            time.sleep(2.0)
+
+    def _log_error(self, run_id: str, text: str) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "error.txt").write_text(text)
+            self.client.log_artifact(run_id, os.path.join(d, "error.txt"))
+        self.client.set_tag(run_id, "error", text.strip().splitlines()[-1][:500] if text.strip() else "")
+
+    def close_open(self, status: str = "KILLED") -> None:
+        """End every run this tracker opened that is not final yet (Ctrl-C, crash)."""
+        self.drain(timeout_s=60.0)
+        for run_id in self.runs.values():
+            try:
+                if self.client.get_run(run_id).info.status not in TERMINAL:
+                    self.client.set_terminated(run_id, status=status)
+            except Exception as exc:
+                log.warning("MLflow: could not close run %s (%s)", run_id, exc)
+
+
+def _error_text(trial: Any) -> str:
+    """The trial's error file (Tune writes it before calling ``on_trial_error``), or a placeholder."""
+    try:
+        path = trial.error_file
+    except AssertionError:  # no Ray session
+        path = None
+    if path and os.path.isfile(path):
+        return Path(path).read_text(errors="replace")
+    return "unknown error"

@@ -1,0 +1,186 @@
+"""MLflow client helpers: the store's URI (probe, artifact root), the tags sweeps writes, batched writes,
+paged searches, and closing runs whose driver is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweeps.config import security
+from sweeps.errors import BadInput
+from sweeps.lease import alive_here, driver_id
+
+log = logging.getLogger(__name__)
+
+TAG_SWEEP = "sweeps.sweep_id"
+TAG_TRIAL = "sweeps.trial_id"
+TAG_KIND = "sweeps.kind"  # "sweep" or "trial"
+TAG_DRIVER = "sweeps.driver"  # host:pid of the process that owns the open run
+PARENT_TAG = "mlflow.parentRunId"
+SKIP_RESULT_KEYS = {
+    "timestamp", "pid", "done", "training_iteration", "iterations_since_restore", "time_since_restore",
+    "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name", "should_checkpoint",
+}
+MAX_PARAMS, MAX_METRICS, MAX_TAGS = 100, 1000, 100
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+def configure_client_env(uri: str) -> None:
+    """Short HTTP timeouts: MLflow's own client retries an unreachable server for minutes."""
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
+    """Fail fast (seconds) on a malformed or unreachable tracking URI.
+
+    Raises:
+        BadInput: naming ``tracking.uri`` and what went wrong.
+    """
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        import urllib.error as urlerror
+        import urllib.request as urlrequest
+
+        if not parsed.hostname:
+            raise BadInput(f"{key}: {uri!r} has no host; use http://HOST:PORT")
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urlrequest.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked)
+                if resp.status >= 500:
+                    raise BadInput(f"{key}: the MLflow server at {uri} answered {resp.status}")
+        except BadInput:
+            raise
+        except urlerror.HTTPError as exc:
+            if exc.code >= 500:
+                raise BadInput(f"{key}: the MLflow server at {uri} answered {exc.code}") from None
+            if exc.code in (401, 403):
+                raise BadInput(f"{key}: {uri} refused the request ({exc.code}); set MLFLOW_TRACKING_USERNAME/"
+                               f"MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN") from None
+            # another 4xx: something answers; MLflow's first call will say more
+        except Exception as exc:
+            raise BadInput(f"{key}: no MLflow server answers at {uri} within {timeout_s:g}s ({exc}); "
+                           f"start one (`mlflow server --host 127.0.0.1 --port PORT`) or drop {key} "
+                           f"to use the embedded SQLite store") from None
+    elif parsed.scheme == "sqlite":
+        path = uri[len("sqlite:///"):]
+        folder = Path(path).parent if path else None
+        if folder is not None and folder.exists() and not os.access(folder, os.W_OK):
+            raise BadInput(f"{key}: cannot write the SQLite store's folder {folder}")
+
+
+def artifact_root(uri: str) -> str | None:
+    """For a local SQLite store, artifacts go beside the database (not into ./mlruns)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def client(uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    configure_client_env(uri)
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def get_or_create_experiment(c: Any, name: str, uri: str) -> str:
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            c.restore_experiment(exp.experiment_id)
+        return str(exp.experiment_id)
+    root = artifact_root(uri)
+    return str(c.create_experiment(name, artifact_location=f"{root}/{name}" if root else None))
+
+
+def chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config -> ``{"a.b": "value"}`` with values as MLflow param strings (max 6000 chars)."""
+    out: dict[str, str] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flat_params(v, key + "."))
+        else:
+            out[key] = str(v)[:6000]
+    return out
+
+
+def log_params(c: Any, run_id: str, params: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in flat_params(security.redact(params)).items()]
+    for chunk in chunks(items, MAX_PARAMS):
+        c.log_batch(run_id, params=chunk)
+
+
+def set_tags(c: Any, run_id: str, tags: Mapping[str, Any]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, str(v)[:5000]) for k, v in security.redact(dict(tags)).items()]
+    for chunk in chunks(items, MAX_TAGS):
+        c.log_batch(run_id, tags=chunk)
+
+
+def find_runs(c: Any, experiment_ids: list[str], filter_string: str, max_results: int = 5000) -> list[Any]:
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = c.search_runs(experiment_ids, filter_string=filter_string, max_results=min(max_results, 1000),
+                             page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token or len(runs) >= max_results:
+            return runs
+
+
+def close_stale_runs(c: Any, reason: str = "driver died") -> int:
+    """Mark KILLED every sweeps run left RUNNING by a driver process that no longer exists on this host.
+
+    Called by ``run``, ``resume``, ``sync`` and ``report`` so a SIGKILLed driver never leaves runs RUNNING.
+    """
+    from mlflow.entities import ViewType
+
+    closed = 0
+    exps = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
+    if not exps:
+        return 0
+    for run in find_runs(c, exps, f"attributes.status = 'RUNNING' and tags.`{TAG_SWEEP}` != ''"):
+        driver = run.data.tags.get(TAG_DRIVER, "")
+        if driver == driver_id() or (driver and alive_here(driver)):
+            continue
+        c.set_tag(run.info.run_id, "sweeps.closed_reason", reason)
+        c.set_terminated(run.info.run_id, status="KILLED")
+        closed += 1
+    if closed:
+        log.warning("closed %d MLflow run(s) left RUNNING by a dead driver (marked KILLED)", closed)
+    return closed
+
+
+def write_json_artifact(c: Any, run_id: str, name: str, data: Any) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, name)
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+        c.log_artifact(run_id, path)
+
+
+def write_text_artifact(c: Any, run_id: str, name: str, text: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, name)
+        Path(path).write_text(text)
+        c.log_artifact(run_id, path)

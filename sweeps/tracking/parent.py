@@ -1,0 +1,100 @@
+"""The sweep's parent MLflow run: opened with its tags, params and config, finished with counts and the best."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sweeps import paths
+from sweeps.config.spec import SweepSpec
+from sweeps.lease import driver_id
+from sweeps.store import SweepRecord
+from sweeps.tracking import client as mc
+
+
+def _git() -> dict[str, str]:
+    """The commit of the project the sweep ran from: the cwd's repo, else the one holding the sweeps package."""
+    for folder in (Path.cwd(), paths.PACKAGE_ROOT):
+        try:
+            sha = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5)
+            if sha.returncode != 0:
+                continue
+            dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"], capture_output=True,
+                                   text=True, timeout=5)
+            return {"git_commit": sha.stdout.strip(), "git_dirty": str(bool(dirty.stdout.strip())).lower()}
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return {"git_commit": "unknown", "git_dirty": "unknown"}
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python_version": platform.python_version()}
+    for pkg in ("ray", "torch", "mlflow", "optuna", "hyperopt"):
+        try:
+            out[f"{pkg}_version"] = version(pkg)
+        except PackageNotFoundError:
+            out[f"{pkg}_version"] = "missing"
+    return out
+
+
+def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedule: str | None,
+                previous: str | None) -> tuple[Any, str, str]:
+    """Create the sweep's MLflow experiment and parent run; returns (client, experiment_id, run_id)."""
+    c = mc.client(spec.tracking.uri)
+    exp_id = mc.get_or_create_experiment(c, spec.tracking.experiment, spec.tracking.uri)
+    tags = {
+        mc.TAG_SWEEP: sweep_id, mc.TAG_KIND: "sweep", mc.TAG_DRIVER: driver_id(),
+        "experiment": spec.sweep.name, "searcher": spec.searcher_name, "scheduler": spec.scheduler_name,
+        "metric": spec.sweep.metric, "mode": spec.sweep.mode, "trainable": spec.trainable.name,
+        "config_digest": spec.digest(), **_git(), **_versions(),
+    }
+    if schedule:
+        tags["schedule"] = schedule
+    if previous:
+        tags["previous_sweep_id"] = previous
+    run = c.create_run(exp_id, run_name=sweep_id, tags=tags)
+    run_id = run.info.run_id
+    mc.log_params(c, run_id, {"overrides": " ".join(overrides) or "(none)",
+                              "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
+    mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
+    mc.write_json_artifact(c, run_id, "search_space.json", spec.space)
+    return c, exp_id, run_id
+
+
+def _yaml(data: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(data))
+
+
+def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) -> None:
+    """End the parent run with the record's counts, wall time and best trial (also tagged ``sweeps.best``)."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    tags: dict[str, Any] = {f"count.{k}": v for k, v in rec.counts.items()}
+    metrics = [Metric("sweeps/mlflow_seconds", mlflow_seconds, now, 0)]
+    if rec.wall_s is not None:
+        metrics.append(Metric("sweeps/wall_s", rec.wall_s, now, 0))
+    best = rec.best or {}
+    if best.get("trial_id"):
+        tags.update({"best_trial_id": best["trial_id"], "best_metric": best["value"],
+                     "best_config": best["params"]})
+        metrics.append(Metric(f"best/{rec.metric}", float(best["value"]), now, 0))
+        best_run = mc.find_runs(c, [rec.mlflow_experiment_id],
+                                f"tags.`{mc.TAG_TRIAL}` = '{best['trial_id']}' and "
+                                f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
+        if best_run:
+            tags["best_run_id"] = best_run[0].info.run_id
+            tags["best_checkpoint"] = best_run[0].data.tags.get("best_checkpoint", "")
+            c.set_tag(best_run[0].info.run_id, "sweeps.best", "true")
+    mc.set_tags(c, rec.parent_run_id, tags)
+    c.log_batch(rec.parent_run_id, metrics=metrics)
+    c.set_terminated(rec.parent_run_id, status=status)

@@ -1,0 +1,157 @@
+"""The house rules that keep ``sweeps/`` readable from its folder tree, checked on the source with ``ast``.
+
+- Data flows one way: ``cli`` -> ``ops`` -> ``registry`` -> ``reports`` -> (``execution``, ``tracking``) ->
+  (``config``, ``store``) -> the base modules (``errors``, ``paths``, ``lease``). A module imports only from
+  a lower layer or from its own package, and no two packages of one layer import each other.
+- No import cycle inside a package; ``trainables/`` imports nothing from ``sweeps/``.
+- Small modules, short functions; every module says its job in its first docstring line.
+- Only the CLI prints; no docstring or comment points at a file outside the repository.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEPS = REPO / "sweeps"
+LAYERS = {
+    "errors": 0, "paths": 0, "lease": 0, "__init__": 0,
+    "store": 1, "config": 1,
+    "execution": 2, "tracking": 2,
+    "reports": 3,
+    "registry": 4,
+    "ops": 5,
+    "cli": 6, "__main__": 7,
+}
+MAX_MODULE_LINES = 320
+MAX_FUNCTION_LINES = 60
+OUTSIDE = re.compile(r"RAY_NOTES|shared/docs|\.\./shared|TESTING_REAL_PARTS|BAD_INPUTS\.md|HOUSE_STYLE")
+
+
+def modules() -> list[Path]:
+    return sorted(SWEEPS.rglob("*.py"))
+
+
+def dotted(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def group(name: str) -> str:
+    """``sweeps.ops.run`` -> ``ops``; ``sweeps.errors`` -> ``errors``; ``sweeps`` -> ``__init__``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """Every ``sweeps...`` module a file imports, at module level or inside functions: (line, module)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "sweeps"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] != "sweeps":
+                continue
+            for a in node.names:  # `from sweeps.ops import run` imports the module sweeps.ops.run
+                sub = f"{node.module}.{a.name}"
+                is_module = (REPO / Path(*sub.split("."))).with_suffix(".py").is_file() or (
+                    REPO / Path(*sub.split("."))).is_dir()
+                out.append((node.lineno, sub if is_module else node.module))
+    return out
+
+
+def test_every_group_has_a_layer() -> None:
+    groups = {group(dotted(p)) for p in modules()}
+    assert groups <= set(LAYERS), f"give these a layer in LAYERS: {sorted(groups - set(LAYERS))}"
+
+
+def test_imports_only_flow_down() -> None:
+    upward = []
+    for path in modules():
+        src = group(dotted(path))
+        for line, target in imports(path):
+            dst = group(target)
+            if dst == src:
+                continue
+            if LAYERS[dst] >= LAYERS[src]:
+                upward.append(f"{path.relative_to(REPO)}:{line} ({src}, layer {LAYERS[src]}) imports {target} "
+                              f"({dst}, layer {LAYERS[dst]})")
+    assert not upward, "imports that do not flow down:\n" + "\n".join(upward)
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        name = dotted(path)
+        graph[name] = {t for _, t in imports(path) if group(t) == group(name) and t != name and t in
+                       {dotted(p) for p in modules()}}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*trail[trail.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_trainables_import_nothing_from_sweeps() -> None:
+    bad = [f"{p.relative_to(REPO)}:{line} imports {t}" for p in sorted((REPO / "trainables").rglob("*.py"))
+           for line, t in imports(p)]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(SWEEPS)))
+def test_module_is_small_and_says_its_job(path: Path) -> None:
+    text = path.read_text()
+    tree = ast.parse(text)
+    if path.name == "__main__.py":
+        return
+    doc = ast.get_docstring(tree)
+    assert doc and doc.strip().splitlines()[0].strip(), f"{path.name}: first docstring line should state its job"
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path.name}: {len(text.splitlines())} lines"
+    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in funcs
+            if n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+def test_only_the_cli_prints() -> None:
+    prints = []
+    for path in modules():
+        if group(dotted(path)) == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                prints.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not prints, prints
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    roots = [SWEEPS, REPO / "trainables", REPO / "benchmarks", REPO / "tests", REPO / "docs", REPO / "conf"]
+    files = [p for r in roots for p in r.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".yaml")]
+    files.append(REPO / "README.md")
+    hits = [f"{p.relative_to(REPO)}:{i}" for p in files if p != Path(__file__)
+            for i, line in enumerate(p.read_text().splitlines(), 1) if OUTSIDE.search(line)]
+    assert not hits, f"references to files outside the repository: {hits}"
+
+
+def test_docs_the_code_cites_exist() -> None:
+    cited = set()
+    for path in [*modules(), *(REPO / "trainables").rglob("*.py")]:
+        cited |= set(re.findall(r"docs/[\w./-]+\.md", path.read_text()))
+    missing = sorted(c for c in cited if not (REPO / c).is_file())
+    assert not missing, f"cited but missing: {missing}"
