@@ -29,8 +29,9 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{home() / 'mlflow.db'}"
 
 
-def default_storage() -> Path:
-    return home() / "ray"
+def default_storage() -> str:
+    """Where Ray results and checkpoints go unless ``storage.path`` says otherwise (a local folder)."""
+    return str(home() / "ray")
 
 
 def index_dir() -> Path:

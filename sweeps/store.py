@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -17,6 +18,8 @@ from typing import Any
 
 from sweeps import paths
 from sweeps.errors import BadInput
+
+ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,200}$")  # sweep ids name files: no path separators
 
 
 @dataclass
@@ -45,6 +48,14 @@ class SweepRecord:
     previous_sweep_id: str | None = None
     driver_pid: int | None = None
     slots: int | None = None
+    driver_host: str | None = None  # with driver_pid and lease_expires: who runs the sweep (sweeps.lease)
+    lease_expires: float | None = None
+
+    def owner_alive(self) -> bool:
+        """Whether a driver (on any host) may still be running this sweep."""
+        from sweeps.lease import owner_alive
+
+        return self.status == "running" and owner_alive(self.driver_host, self.driver_pid, self.lease_expires)
 
     @property
     def experiment_dir(self) -> str:
@@ -70,10 +81,16 @@ def save(rec: SweepRecord) -> None:
 
 
 def update(sweep_id: str, **changes: Any) -> SweepRecord:
-    rec = load(sweep_id)
-    for k, v in changes.items():
-        setattr(rec, k, v)
-    save(rec)
+    """Change some fields of a record: read, change and write under a lock (the driver's heartbeat writes too)."""
+    from filelock import FileLock
+
+    folder = paths.index_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / f".{sweep_id}.lock")):
+        rec = load(sweep_id)
+        for k, v in changes.items():
+            setattr(rec, k, v)
+        save(rec)
     return rec
 
 
@@ -83,7 +100,7 @@ def all_records() -> list[SweepRecord]:
         return []
     out = []
     for p in folder.glob("*.json"):
-        if p.name.startswith(".tmp-"):
+        if p.name.startswith("."):
             continue
         try:
             out.append(SweepRecord(**json.loads(p.read_text())))
@@ -98,15 +115,15 @@ def load(sweep_id: str) -> SweepRecord:
     Raises:
         BadInput: when no such sweep exists (lists the newest ids).
     """
-    records = all_records()
     if sweep_id == "latest":
+        records = all_records()
         if not records:
             raise BadInput(f"SWEEP_ID: no sweeps yet under {paths.index_dir()}; run one with "
                            f"`python -m sweeps run +experiment=quickstart`")
         return records[-1]
-    p = _path(sweep_id)
-    if not p.is_file() or "/" in sweep_id:
-        known = ", ".join(r.sweep_id for r in records[-5:]) or "(none)"
+    p = _path(sweep_id) if ID.match(sweep_id or "") else None
+    if p is None or not p.is_file():
+        known = ", ".join(r.sweep_id for r in all_records()[-5:]) or "(none)"
         raise BadInput(f"SWEEP_ID: no sweep {sweep_id!r} under {paths.index_dir()}; recent: {known} "
                        f"(see `python -m sweeps list`)")
     try:

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps import uris
 from sweeps.config.targets import import_dotted
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id:
         **config,
         "cpus_per_worker": setup.resources_per_worker.get("CPU", 1),
         "checkpoint_every": setup.checkpoint_every,
-        RESUME_KEY: start.path if start is not None else None,
+        RESUME_KEY: uris.to_uri(start.path, start.filesystem) if start is not None else None,
         "_trial_id": trial_id,
     }
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from sweeps import uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space, pauses_trials
@@ -20,7 +20,7 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
     return TrialSetup(
         loop=t.loop, params=dict(t.params), num_workers=t.num_workers, use_gpu=t.use_gpu,
         resources_per_worker=resources, placement_strategy=t.placement_strategy,
-        storage_path=spec.storage_path, train_dir=str(Path(spec.storage_path) / f"{sweep_id}-train"),
+        storage_path=spec.storage_path, train_dir=uris.join(spec.storage_path, f"{sweep_id}-train"),
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
         checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed}, datasets=t.datasets,
     )

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeps import paths
+from sweeps import paths, uris
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,17 @@ def check_store(uri: str | None) -> Check:
 
 
 def check_storage(path: str | None) -> Check:
-    folder = Path(path) if path else paths.default_storage()
+    location = path or paths.default_storage()
+    if uris.is_remote(location):
+        from sweeps.errors import BadInput
+        from sweeps.execution.storage import check_storage as probe
+
+        try:
+            probe(location)
+        except BadInput as exc:
+            return Check("storage", False, str(exc), "check the URI and the AWS_*/GOOGLE_* credentials")
+        return Check("storage", True, f"{location} writable")
+    folder = Path(location)
     probe_dir = folder if folder.exists() else next((p for p in folder.parents if p.exists()), Path("/"))
     if os.access(probe_dir, os.W_OK):
         free = shutil.disk_usage(probe_dir).free / 2**30

@@ -8,15 +8,14 @@ Both reuse the sweep's MLflow parent run and its child runs: no duplicates.
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
-from sweeps import store
+from sweeps import store, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.lease import driver_id, pid_alive
+from sweeps.lease import driver_id
 from sweeps.ops import run as runner
+from sweeps.ops.heartbeat import claim, refuse_if_live
 from sweeps.ops.launch import launched
 from sweeps.ops.prepare import prepare
 from sweeps.tracking import client as mc
@@ -62,8 +61,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
 
     rec = store.load(sweep_id)
     exp_dir = rec.experiment_dirs[-1]
-    if rec.status == "running" and rec.driver_pid and _alive(rec.driver_pid):
-        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} is still running (driver pid {rec.driver_pid})")
+    refuse_if_live(rec, "resume")
     if rec.status == "finished" and not retry_errored:
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} already finished; use `python -m sweeps extend "
                        f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
@@ -73,7 +71,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
                        f"its first snapshot); start the sweep again")
     with launched(spec) as (_plan, c):
         _reopen_parent(c, rec)
-        rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid())
+        rec = claim(rec.sweep_id, status="running")
         tracker = runner.make_tracker(spec, rec)
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
@@ -94,6 +92,7 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
     if more_trials < 1:
         raise BadInput(f"--more-trials: must be >= 1, got {more_trials}")
     rec = store.load(sweep_id)
+    refuse_if_live(rec, "extend")
     if rec.status == "running":
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} is still running or was interrupted; "
                        f"finish it first with `python -m sweeps resume {rec.sweep_id}`")
@@ -103,19 +102,39 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
     spec = _spec_for(rec, extra or [])
     generation = len(rec.experiment_dirs)
     name = f"{rec.sweep_id}-ext{generation}"
+    before = rec
+    new_dir = uris.join(spec.storage_path, name)
     with launched(spec) as (the_plan, c):
         searcher = searchers.restored_searcher(spec, tuner_mod.count_limit(spec, the_plan) or 0,
                                                rec.experiment_dirs[-1], generation=generation)
-        _reopen_parent(c, rec)
-        rec = store.update(rec.sweep_id, status="running", driver_pid=os.getpid(),
-                           experiment_dirs=[*rec.experiment_dirs, str(Path(spec.storage_path) / name)])
-        tracker = runner.make_tracker(spec, rec)
-        tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
-                                      num_samples=more_trials, name=name)
-        log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
-                 more_trials, spec.searcher_name, rec.experiment_dirs[-2])
-        return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+        try:
+            _reopen_parent(c, rec)
+            rec = claim(rec.sweep_id, status="running", experiment_dirs=[*rec.experiment_dirs, new_dir])
+            tracker = runner.make_tracker(spec, rec)
+            tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
+                                          num_samples=more_trials, name=name)
+            log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
+                     more_trials, spec.searcher_name, rec.experiment_dirs[-2])
+            return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+        finally:
+            _roll_back_unstarted(before, new_dir, c)
 
 
-def _alive(pid: int) -> bool:
-    return pid != os.getpid() and pid_alive(pid)
+def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> None:
+    """An extension stopped before Tune saved any state leaves the sweep as it was: finished, extendable."""
+    from ray import tune
+
+    try:
+        started = tune.Tuner.can_restore(new_dir)
+    except Exception:  # an unreadable folder holds no Tune state either
+        started = False
+    if started:
+        return
+    store.update(before.sweep_id, status=before.status, experiment_dirs=before.experiment_dirs,
+                 lease_expires=None)
+    try:
+        c.set_terminated(before.parent_run_id, status="FINISHED")
+    except Exception as exc:
+        log.warning("MLflow: could not close the parent run again (%s); `sweeps sync` does", exc)
+    log.warning("the extension of %s stopped before it started a trial; the sweep is unchanged (status %s)",
+                before.sweep_id, before.status)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps import store
+from sweeps import lease, store, uris
 from sweeps.config import security
 from sweeps.config.spec import SweepSpec
 from sweeps.execution import raystart
+from sweeps.ops.heartbeat import Heartbeat
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import Signals
 from sweeps.reports import summary
@@ -44,11 +45,12 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
     """The index record of a sweep that is about to start."""
     return store.SweepRecord(
         sweep_id=sweep_id, experiment=spec.sweep.name, created=time.time(), status="running",
-        storage_path=spec.storage_path, experiment_dirs=[str(Path(spec.storage_path) / sweep_id)],
+        storage_path=spec.storage_path, experiment_dirs=[uris.join(spec.storage_path, sweep_id)],
         tracking_uri=spec.tracking.uri, mlflow_experiment_id=exp_id, parent_run_id=parent,
         overrides=list(overrides), config=spec.redacted(), digest=spec.digest(), metric=spec.sweep.metric,
         mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
         schedule=schedule, previous_sweep_id=previous, driver_pid=os.getpid(), slots=slots,
+        driver_host=lease.host(), lease_expires=lease.expiry(),
     )
 
 
@@ -92,7 +94,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     status, interrupted = "failed", False
     signals = Signals()
     try:
-        with signals:
+        with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id):
             tuner.fit()
         interrupted = signals.interrupted
         status = "interrupted" if interrupted else "finished"

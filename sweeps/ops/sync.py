@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from sweeps import store
+from sweeps.ops.heartbeat import refuse_if_live
 from sweeps.reports.results import TrialRecord, load_records
 from sweeps.tracking import client as mc
 
@@ -47,6 +48,7 @@ def _missing_metrics(c: Any, run_id: str, trial: TrialRecord) -> list[Any]:
 def sync(sweep_id: str) -> dict[str, int]:
     """Bring MLflow in line with the sweep's Ray results. Returns counts of what changed."""
     rec = store.load(sweep_id)
+    refuse_if_live(rec, "sync")
     c = mc.client(rec.tracking_uri)
     mc.close_stale_runs(c)
     trials = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any
 
+from sweeps import uris
 from sweeps.config import security
 from sweeps.config.targets import import_dotted
 from sweeps.errors import BadInput
@@ -20,14 +20,14 @@ def verify_checkpoint(path: str | None, trial_id: str) -> str:
     if not path:
         raise BadInput(f"checkpoint: trial {trial_id} has no checkpoint left on disk; promote another trial "
                        f"(--trial) or rerun the sweep")
-    folder = Path(path)
-    if not folder.is_dir():
-        raise BadInput(f"checkpoint: {folder} (trial {trial_id}) is missing")
-    bad = [f for f in CHECKPOINT_FILES if not (folder / f).is_file() or (folder / f).stat().st_size == 0]
+    if not uris.is_dir(path):
+        raise BadInput(f"checkpoint: {path} (trial {trial_id}) is missing")
+    bad = [f for f in CHECKPOINT_FILES
+           if not uris.is_file(uris.join(path, f)) or uris.size(uris.join(path, f)) == 0]
     if bad:
-        raise BadInput(f"checkpoint: {folder} (trial {trial_id}) is incomplete: missing or empty "
+        raise BadInput(f"checkpoint: {path} (trial {trial_id}) is incomplete: missing or empty "
                        f"{', '.join(bad)}; expected {', '.join(CHECKPOINT_FILES)}")
-    return str(folder)
+    return path
 
 
 def _builder(rec: Any) -> tuple[str, dict[str, Any]]:
@@ -59,7 +59,8 @@ def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
     config = {**params, **trial.params}
     model = build(config)
     try:
-        state, _, _ = load_checkpoint(checkpoint)
+        with uris.local_copy(checkpoint) as folder:
+            state, _, _ = load_checkpoint(folder)
         model.load_state_dict(state)
     except Exception as exc:  # truncated file, foreign pickle (weights_only refuses it), shape mismatch
         raise BadInput(f"checkpoint: {checkpoint} cannot be loaded into {builder}'s model ({exc})") from None

@@ -21,7 +21,6 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sweeps.errors import BadInput
@@ -67,15 +66,10 @@ def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, tr
 
 
 def trial_value(trial: Any, checkpoint: str, metric: str, mode: str) -> float:
-    """The sweep metric of the promoted checkpoint (its meta.json), else the trial's best value."""
-    import json
-
+    """The sweep metric Tune recorded with the promoted checkpoint, else the trial's best value."""
     from sweeps.reports.summary import best_value
 
-    try:
-        v = json.loads((Path(checkpoint) / "meta.json").read_text()).get(metric)
-    except ValueError:
-        v = None
+    v = trial.best_checkpoint_value if checkpoint == trial.best_checkpoint else None
     if isinstance(v, int | float) and math.isfinite(v):
         return float(v)
     return best_value(trial.values(metric), mode)

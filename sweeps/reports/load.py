@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from sweeps import uris
 from sweeps.errors import SweepsError
 from sweeps.reports import summary
 from sweeps.reports.outline import date_text, fmt, num
@@ -38,7 +39,7 @@ def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
 
     metric, mode = _objective(rec)
     settings = summary.settings_from_config(rec.config)
-    if any(Path(d).is_dir() for d in rec.experiment_dirs):
+    if any(uris.is_dir(d) for d in rec.experiment_dirs):
         records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"],
                                settled=rec.status == "finished")
     else:

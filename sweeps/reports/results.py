@@ -1,7 +1,8 @@
 """Trial records read back from a sweep's Ray storage: the one input of reports, summaries and promotion.
 
 Reads Tune's experiment folder (``experiment_state-*.json`` + each trial's ``result.json``) without a running
-Ray cluster, so reports can be rebuilt at any time.
+Ray cluster, so reports can be rebuilt at any time. Every location is a URI (:mod:`sweeps.uris`): a local
+folder or an object store.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from sweeps import uris
+from sweeps.trials import best_checkpoint, trial_location
 
 HISTORY_SKIP = {"config", "date", "hostname", "node_ip", "pid", "trial_id", "experiment_tag", "done",
                 "checkpoint_dir_name", "should_checkpoint", "timestamp"}
@@ -27,8 +30,10 @@ class TrialRecord:
     early_stopped: bool = False
     error: str | None = None
     path: str | None = None
-    best_checkpoint: str | None = None
+    best_checkpoint: str | None = None  # Tune's best kept checkpoint by the sweep metric, as a URI
     num_failures: int = 0
+    best_checkpoint_value: float | None = None  # the sweep metric Tune recorded with that checkpoint
+    best_checkpoint_iteration: int | None = None
 
     def values(self, metric: str) -> list[float]:
         return [h[metric] for h in self.history if metric in h]
@@ -59,55 +64,53 @@ def _numeric(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def read_history(trial_dir: str | Path) -> list[dict[str, float]]:
-    path = Path(trial_dir, "result.json")
-    if not path.is_file():
+def _rows(trial_dir: str) -> list[dict[str, Any]]:
+    """Each row of a trial's ``result.json`` (a half-written last line after a crash is skipped)."""
+    path = uris.join(trial_dir, "result.json")
+    try:
+        text = uris.read_text(path, errors="replace")
+    except (FileNotFoundError, OSError):
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line:
             try:
-                rows.append(_numeric(json.loads(line)))
+                row = json.loads(line)
             except ValueError:
-                continue  # a half-written last line after a crash
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
-def _best_checkpoint(trial: Any, metric: str, mode: str) -> str | None:
-    """The trial's best remaining checkpoint folder by the sweep metric (Tune keeps the top-k)."""
-    if not trial.path:
-        return None
-    best: tuple[float, str] | None = None
-    for d in sorted(Path(trial.path).glob("checkpoint_*")):
-        meta = d / "meta.json"
-        score = None
-        if meta.is_file():
-            try:
-                score = json.loads(meta.read_text()).get(metric)
-            except ValueError:
-                score = None
-        if not isinstance(score, int | float) or not math.isfinite(score):
-            score = -math.inf
-        elif mode == "min":
-            score = -score
-        if best is None or score >= best[0]:
-            best = (score, str(d))
-    return best[1] if best else None
+def read_history(trial_dir: str) -> list[dict[str, float]]:
+    return [_numeric(row) for row in _rows(trial_dir)]
 
 
-def error_path(trial: Any) -> Path | None:
-    """The trial's error file in storage (``trial.error_file`` needs a live Ray session; this does not)."""
+def _checkpoint_fields(trial: Any, metric: str) -> dict[str, Any]:
+    found = best_checkpoint(trial)
+    if found is None or not uris.exists(found[0]):
+        return {}
+    location, metrics = found
+    value = metrics.get(metric)
+    iteration = metrics.get("training_iteration")
+    return {"best_checkpoint": location,
+            "best_checkpoint_value": float(value) if isinstance(value, int | float) else None,
+            "best_checkpoint_iteration": int(iteration) if isinstance(iteration, int | float) else None}
+
+
+def error_text(trial: Any) -> str | None:
+    """The last line of the trial's error file in storage (works without a Ray session)."""
     name = getattr(trial.run_metadata, "error_filename", None)
-    if not name:
+    location = trial_location(trial)
+    if not name or not location:
         return None
-    candidates = [Path(trial.path, name)] if trial.path else []
     try:
-        if trial.error_file:  # the driver's staging copy, while Ray runs
-            candidates.append(Path(trial.error_file))
-    except AssertionError:  # no Ray session
-        pass
-    return next((p for p in candidates if p.is_file()), None)
+        lines = uris.read_text(uris.join(location, name), errors="replace").strip().splitlines()
+    except (FileNotFoundError, OSError):
+        return None
+    return lines[-1] if lines else "error"
 
 
 def epochs_of(config: dict[str, Any]) -> int | None:
@@ -133,29 +136,28 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
 
     records: list[TrialRecord] = []
     for exp_dir in experiment_dirs:
-        if not Path(exp_dir).is_dir() or not list(Path(exp_dir).glob("experiment_state-*.json")):
+        if not any(n.startswith("experiment_state-") for n in uris.listdir(exp_dir)):
             continue
-        analysis = ExperimentAnalysis(exp_dir)
-        for trial in analysis.trials:
-            history = read_history(trial.path) if trial.path else []
-            last = history[-1] if history else {}
-            status = "TERMINATED" if settled and trial.status == "PAUSED" else trial.status
-            epoch = last.get("epoch", last.get("training_iteration"))
-            budget = (trial.config or {}).get("epochs", epochs)
-            # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
-            early = bool(status == "TERMINATED" and budget and epoch is not None and epoch < budget)
-            error = None
-            err_file = error_path(trial)
-            if status == "ERROR" and err_file is not None:
-                text = err_file.read_text(errors="replace").strip().splitlines()
-                error = text[-1] if text else "error"
-            records.append(TrialRecord(
-                trial_id=trial.trial_id, status=status,
-                params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
-                history=history, early_stopped=early, error=error, path=trial.path,
-                best_checkpoint=_best_checkpoint(trial, metric, mode), num_failures=trial.num_failures,
-            ))
+        for trial in ExperimentAnalysis(exp_dir).trials:
+            records.append(_record(trial, metric, epochs, settled))
     return records
+
+
+def _record(trial: Any, metric: str, epochs: int | None, settled: bool) -> TrialRecord:
+    location = trial_location(trial)
+    history = read_history(location) if location else []
+    last = history[-1] if history else {}
+    status = "TERMINATED" if settled and trial.status == "PAUSED" else trial.status
+    epoch = last.get("epoch", last.get("training_iteration"))
+    budget = (trial.config or {}).get("epochs", epochs)
+    # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
+    early = bool(status == "TERMINATED" and budget and epoch is not None and epoch < budget)
+    return TrialRecord(
+        trial_id=trial.trial_id, status=status,
+        params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
+        history=history, early_stopped=early, error=error_text(trial) if status == "ERROR" else None,
+        path=location, num_failures=trial.num_failures, **_checkpoint_fields(trial, metric),
+    )
 
 
 def read_param_schedules(records: list[TrialRecord]) -> dict[str, dict[str, tuple[tuple[int, Any], ...]]]:
@@ -166,16 +168,11 @@ def read_param_schedules(records: list[TrialRecord]) -> dict[str, dict[str, tupl
     """
     out: dict[str, dict[str, tuple[tuple[int, Any], ...]]] = {}
     for rec in records:
-        path = Path(rec.path, "result.json") if rec.path else None
-        if path is None or not path.is_file():
+        if not rec.path:
             continue
         seqs: dict[str, list[tuple[int, Any]]] = {}
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            try:
-                row = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue  # a half-written last line after a crash
-            if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
+        for i, row in enumerate(_rows(rec.path), 1):
+            if not isinstance(row.get("config"), dict):
                 continue
             step = int(row.get("training_iteration", i))
             for k, v in row["config"].items():

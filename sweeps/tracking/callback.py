@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sweeps import uris
 from sweeps.config import security
 from sweeps.lease import driver_id
 from sweeps.tracking.client import (
@@ -33,6 +34,7 @@ from sweeps.tracking.client import (
     log_params,
     set_tags,
 )
+from sweeps.trials import best_checkpoint, trial_location
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,6 @@ class _Tracker:
         self.runs: dict[str, str] = {}  # trial id -> run id
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.buffers: dict[str, list[Any]] = {}
-        self.best_ckpt: dict[str, tuple[float, str, int]] = {}  # trial id -> (score, path, iteration)
         self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
         self.last_flush = 0.0
         self.failed_sends = 0
@@ -196,16 +197,6 @@ class _Tracker:
                 return
         self.flush()
 
-    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
-                      **info: Any) -> None:
-        score = self._score(trial.last_result or {})
-        if score is None:
-            return
-        best = self.best_ckpt.get(trial.trial_id)
-        if best is None or score > best[0]:
-            self.best_ckpt[trial.trial_id] = (score, checkpoint.path,
-                                              int((trial.last_result or {}).get("training_iteration", 0)))
-
     def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         run_id = self.runs.get(trial.trial_id)
         if run_id:
@@ -239,15 +230,15 @@ class _Tracker:
         early = bool(status == "FINISHED" and self.epochs and isinstance(epoch, int | float)
                      and epoch < self.epochs)
         tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
-                "retries": str(trial.num_failures), "trial_dir": trial.path or ""}
+                "retries": str(trial.num_failures), "trial_dir": trial_location(trial) or ""}
         error = None
         if status == "FAILED":
             error = security.scrub(_error_text(trial), self.secrets)
-        best = self.best_ckpt.get(trial.trial_id)
+        best = best_checkpoint(trial)  # Tune's own ranking: the checkpoint promotion registers too
         if best is not None:
-            tags["best_checkpoint"] = best[1]
-            tags["best_checkpoint_iteration"] = str(best[2])
-        self.finals[trial.trial_id] = (trial, status, tags, error, best[1] if best else None)
+            tags["best_checkpoint"] = best[0]
+            tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
+        self.finals[trial.trial_id] = (trial, status, tags, error, best[0] if best else None)
         self.flush(force=True)
 
     def _try_finals(self) -> bool:
@@ -259,8 +250,9 @@ class _Tracker:
                 with self.timer:
                     if error is not None:
                         self._log_error(run_id, error)
-                    if ckpt and self.log_checkpoints and os.path.isdir(ckpt):
-                        self.client.log_artifacts(run_id, ckpt, artifact_path="checkpoint")
+                    if ckpt and self.log_checkpoints and uris.is_dir(ckpt):
+                        with uris.local_copy(ckpt) as folder:
+                            self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
                     set_tags(self.client, run_id, tags)
                     self.client.set_terminated(run_id, status=status)
                 self.opened.discard(run_id)

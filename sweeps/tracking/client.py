@@ -15,7 +15,7 @@ from typing import Any
 
 from sweeps.config import security
 from sweeps.errors import BadInput
-from sweeps.lease import alive_here, driver_id
+from sweeps.lease import driver_id, owner_alive, parse_driver
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,7 @@ TAG_SWEEP = "sweeps.sweep_id"
 TAG_TRIAL = "sweeps.trial_id"
 TAG_KIND = "sweeps.kind"  # "sweep" or "trial"
 TAG_DRIVER = "sweeps.driver"  # host:pid of the process that owns the open run
+TAG_LEASE = "sweeps.lease_expires"  # on a parent run: unix time until which its driver's claim holds
 PARENT_TAG = "mlflow.parentRunId"
 SKIP_RESULT_KEYS = {
     "timestamp", "pid", "done", "training_iteration", "iterations_since_restore", "time_since_restore",
@@ -150,19 +151,23 @@ def find_runs(c: Any, experiment_ids: list[str], filter_string: str, max_results
 
 
 def close_stale_runs(c: Any, reason: str = "driver died") -> int:
-    """Mark KILLED every sweeps run left RUNNING by a driver process that no longer exists on this host.
+    """Mark KILLED every sweeps run left RUNNING by a driver that is gone, from any host.
 
-    Called by ``run``, ``resume``, ``sync`` and ``report`` so a SIGKILLed driver never leaves runs RUNNING.
+    On this host a dead pid decides; for another host's driver, its sweep's lease (the parent run's
+    ``sweeps.lease_expires`` tag) must have expired. Called by ``run``, ``resume``, ``sync`` and ``report``,
+    so a SIGKILLed driver or a lost pod never leaves runs RUNNING.
     """
     from mlflow.entities import ViewType
 
-    closed = 0
     exps = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
     if not exps:
         return 0
-    for run in find_runs(c, exps, f"attributes.status = 'RUNNING' and tags.`{TAG_SWEEP}` != ''"):
+    runs = find_runs(c, exps, f"attributes.status = 'RUNNING' and tags.`{TAG_SWEEP}` != ''")
+    parents = {r.info.run_id: r for r in runs if r.data.tags.get(TAG_KIND) == "sweep"}
+    closed = 0
+    for run in runs:
         driver = run.data.tags.get(TAG_DRIVER, "")
-        if driver == driver_id() or (driver and alive_here(driver)):
+        if not driver or driver == driver_id() or _owner_alive(c, run, driver, parents):
             continue
         c.set_tag(run.info.run_id, "sweeps.closed_reason", reason)
         c.set_terminated(run.info.run_id, status="KILLED")
@@ -170,6 +175,20 @@ def close_stale_runs(c: Any, reason: str = "driver died") -> int:
     if closed:
         log.warning("closed %d MLflow run(s) left RUNNING by a dead driver (marked KILLED)", closed)
     return closed
+
+
+def _owner_alive(c: Any, run: Any, driver: str, parents: dict[str, Any]) -> bool:
+    owner_host, pid = parse_driver(driver)
+    parent_id = run.info.run_id if run.data.tags.get(TAG_KIND) == "sweep" else run.data.tags.get(PARENT_TAG, "")
+    parent = parents.get(parent_id)
+    if parent is None and parent_id:
+        try:
+            parent = c.get_run(parent_id)
+        except Exception:  # a deleted parent: judge by the run's own tags
+            parent = None
+    tag = (parent.data.tags if parent is not None else run.data.tags).get(TAG_LEASE)
+    expires = float(tag) if tag and tag.replace(".", "", 1).isdigit() else None
+    return owner_alive(owner_host, pid, expires)
 
 
 def write_json_artifact(c: Any, run_id: str, name: str, data: Any) -> None:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sweeps import uris
 from sweeps.config.reader import Reader
 from sweeps.config.spec import ClusterCfg, FailureCfg, TrackingCfg
 
@@ -43,8 +44,12 @@ def cluster(r: Reader) -> ClusterCfg:
 
 
 def storage(r: Reader, default_path: str) -> str:
+    """A URI (``s3://bucket/prefix``, any pyarrow scheme) or a local folder, made absolute."""
     path: str = r.get("storage", "path", "str", default=None) or default_path
-    return path
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    if scheme and not re.match(r"^[a-z][a-z0-9+.\-]*$", scheme):
+        r.errors.append(f"storage.path: {path!r} has a malformed URI scheme; use a folder or s3://bucket/prefix")
+    return uris.normalize(path)
 
 
 def checkpoint(r: Reader) -> int:
