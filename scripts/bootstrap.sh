@@ -1,14 +1,44 @@
 #!/usr/bin/env bash
 # Set up (or refresh) the project's virtual environment in .venv: CPU torch first, then the project.
+# Any failed install fails this script (and says which step), so a broken environment is never used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+step() {  # step DESCRIPTION CMD...: run quietly (pip's location warnings dropped), fail loudly
+  local what=$1 log
+  shift
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    echo "bootstrap: $what failed:" >&2
+    grep -v "^WARNING: Location" "$log" | tail -30 >&2
+    rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
+}
+
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  step "creating .venv with $PY" "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+step "upgrading pip" python -m pip install -q --upgrade pip
 # torch 2.13.0 is a CPU build on this machine's disk: install it first so nothing pulls a multi-GB CUDA build.
-python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-python -c "import sweeps, trainables, ray, torch, mlflow" 
+step "installing torch==2.13.0" python -m pip install -q torch==2.13.0
+step "installing the project with its test extras" python -m pip install -q -e ".[test]"
+# Every runtime dependency (and the test tools) must import, or the first sweep would fail late.
+step "importing the installed packages" python -c "
+import importlib, sys
+mods = ['sweeps', 'trainables', 'ray', 'ray.tune', 'ray.train.torch', 'ray.dashboard', 'torch', 'mlflow', 'optuna',
+        'hyperopt', 'hydra', 'omegaconf', 'pandas', 'matplotlib', 'sklearn', 'croniter', 'filelock', 'pyarrow',
+        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'selenium', 'psutil']
+bad = []
+for m in mods:
+    try:
+        importlib.import_module(m)
+    except Exception as exc:
+        bad.append(f'{m}: {exc}')
+if bad:
+    sys.exit('cannot import: ' + '; '.join(bad))
+"
+echo "bootstrap: .venv ready ($(.venv/bin/python -c 'import ray, torch, mlflow; print(f"ray {ray.__version__}, torch {torch.__version__}, mlflow {mlflow.__version__}")'))"

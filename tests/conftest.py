@@ -28,6 +28,16 @@ FAST = [
 ]
 
 
+FAST_TIMEOUT_S = 120  # a hang in the fast tier fails that test within two minutes
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fast tests get a short time limit of their own (slow ones keep the 900 s of pyproject.toml)."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(FAST_TIMEOUT_S))
+
+
 def _template_store() -> Path:
     """An empty, migrated MLflow SQLite store, made once per machine and MLflow version.
 

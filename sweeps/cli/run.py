@@ -70,7 +70,7 @@ def cmd_run(argv: Sequence[str]) -> int:
         return 0
     outcome = run.execute(spec, overrides)
     print(format_outcome(outcome))
-    return 130 if outcome.interrupted else 0
+    return outcome.exit_code
 
 
 def format_outcome(outcome: object) -> str:
@@ -88,13 +88,17 @@ def format_outcome(outcome: object) -> str:
                                                    if outcome.interrupted else ""),
         f"  trials   : {c['total']} total, {c['completed']} completed, {c['early_stopped']} early-stopped, "
         f"{c['failed']} failed" + (f", {c['unfinished']} unfinished" if c["unfinished"] else ""),
-        f"  wall time: {rec.wall_s or 0:.1f} s",
+        f"  wall time: {rec.wall_s or 0:.1f} s"
+        + (" (stopped by sweep.time_budget_s)" if rec.stop_reason == "time_budget" else ""),
     ]
+    if c["failed"]:
+        lines.append(f"  failed   : {c['failed']} of {c['total']} trials failed" + _first_error(s))
     if s.best is not None:
         lines += [f"  best     : {s.best.trial_id}  {s.metric} = {s.best.best:.4f} ({s.mode})",
                   f"  config   : {s.best.params}"]
     else:
-        lines.append("  best     : none (no trial reported a finite metric)")
+        lines.append("  best     : none (no trial succeeded: none ended without error and with a finite "
+                     f"{s.metric})")
     if s.efficiency is not None and not math.isnan(s.efficiency):
         lines.append(f"  efficiency (T_ideal / T_observed): {s.efficiency:.2f}")
     lines.append(f"  results  : {rec.experiment_dir}")
@@ -106,12 +110,21 @@ def format_outcome(outcome: object) -> str:
     return "\n".join(lines)
 
 
+def _first_error(s: object) -> str:
+    failed = getattr(s, "failed", ())
+    if not failed:
+        return ""
+    first = failed[0]
+    where = f"; full traceback: {first.error_file}" if first.error_file else ""
+    return f"; first: {first.trial_id}: {first.error or 'unknown error'}{where}"
+
+
 def cli_resume(args: argparse.Namespace) -> int:
     from sweeps.ops.resume import resume
 
     out = resume(args.sweep_id, retry_errored=args.retry_errored, extra=list(args.overrides or []))
     print(format_outcome(out))
-    return 130 if out.interrupted else 0
+    return out.exit_code
 
 
 def cli_extend(args: argparse.Namespace) -> int:
@@ -121,4 +134,4 @@ def cli_extend(args: argparse.Namespace) -> int:
     out = extend(args.sweep_id, args.more_trials, extra=list(args.overrides or []))
     print(format_outcome(out))
     log.debug("extend took %.1f s", time.monotonic() - t0)
-    return 130 if out.interrupted else 0
+    return out.exit_code

@@ -73,6 +73,9 @@ class ClusterCfg:
     worker_start_timeout_s: float
     log_to_driver: bool = False
     driver_resources: dict[str, float] = field(default_factory=dict)  # e.g. {"driver_slot": 1}: pin drivers
+    node_types: tuple[dict[str, float], ...] = ()  # what an autoscaler can add (refuse what none can hold)
+    wait_for_resources_s: float = 600.0  # a remote sweep waits this long for nodes that can hold a trial
+    ship_code: bool = True  # remote: send sweeps, trainables and the trainable's package to the nodes
 
 
 @dataclass(frozen=True)

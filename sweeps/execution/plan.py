@@ -8,6 +8,7 @@ by Tune.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -16,10 +17,14 @@ from typing import Any
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 
+log = logging.getLogger(__name__)
+
 # Local mode: each trial's driver holds one of these, and the local Ray has as many as trials may run at once.
 # Concurrency is then a resource, not a count: a trial that a scheduler pauses (HyperBand, PBT) gives its slot
 # back, where Tune's count-based limits would keep counting it and deadlock the sweep.
 TRIAL_SLOT = "sweeps_trial_slot"
+# The embedded local Ray never schedules more than this many logical CPUs per core (unless cluster.num_cpus).
+OVERSUBSCRIPTION = 4
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ def local_resources(spec: SweepSpec) -> Resources:
     total_t = total_trials(spec)
     if total_t is not None:
         conc = min(conc, total_t)
+    if spec.cluster.num_cpus is None:
+        conc = _within_bound(need["CPU"], conc)
     # One trial's worth of spare CPU tokens: a stopped trial's worker placement group is released
     # asynchronously (Ray's cleaner), and the next trial's workers must not starve meanwhile. Concurrency stays
     # capped by the trial-slot resource, not by CPU tokens.
@@ -117,6 +124,34 @@ def local_resources(spec: SweepSpec) -> Resources:
         if k not in total:
             total[k] = v * conc
     return Resources(total=total, nodes=(dict(total),))
+
+
+def cores() -> int:
+    """The cores this process may use (its CPU affinity, which a container's quota also narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _within_bound(trial_cpus: float, conc: int) -> int:
+    """The concurrency the embedded Ray may run on this machine without thrashing.
+
+    Logical CPUs may exceed cores (a data-parallel trial on a 2-core box needs it), but at most
+    ``OVERSUBSCRIPTION`` times: a trial that needs more is refused, and concurrency is lowered to fit.
+    """
+    bound = OVERSUBSCRIPTION * cores()
+    if trial_cpus > bound:
+        raise BadInput(f"trainable.num_workers: one trial needs {trial_cpus:g} CPUs (driver + workers) but this "
+                       f"machine has {cores()} core(s); the embedded Ray runs at most {OVERSUBSCRIPTION}x its "
+                       f"cores ({bound:g} logical CPUs) so the machine does not thrash. Lower "
+                       f"trainable.num_workers or trainable.resources_per_worker.CPU, or set cluster.num_cpus=N to "
+                       f"take the risk")
+    fit = max(1, int(bound // trial_cpus))
+    if conc > fit:
+        log.warning("running %d trial(s) at a time instead of %d: %d x %g CPUs would exceed %dx the %d core(s) "
+                    "(set cluster.num_cpus to override)", fit, conc, conc, trial_cpus, OVERSUBSCRIPTION, cores())
+    return min(conc, fit)
 
 
 def _visible_gpus() -> float:

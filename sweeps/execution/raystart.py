@@ -9,6 +9,7 @@ from typing import Any
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
+from sweeps.execution import shipping
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
         return
     address = spec.cluster.address or os.environ.get("RAY_ADDRESS")
     if not address:
-        raise BadInput("cluster.address: cluster=remote needs an address (auto, ray://HOST:10001) or "
-                       "$RAY_ADDRESS")
+        raise BadInput("cluster.address: cluster=remote needs an address (auto, HOST:6379) or $RAY_ADDRESS")
+    runtime_env = shipping.runtime_env(spec, env)  # code and settings travel to every node
     try:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=spec.cluster.log_to_driver)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from sweeps import uris
 from sweeps.config import space
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import import_dotted
@@ -62,7 +67,8 @@ def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
             kwargs["points_to_evaluate"] = points
         return instantiate(spec.searcher, **kwargs)
     searcher = build_searcher(spec, concurrency)
-    searcher.restore_from_dir(state_dir)
+    with _searcher_state(state_dir) as local_dir:
+        searcher.restore_from_dir(local_dir)
     study = getattr(searcher, "_ot_study", None)  # OptunaSearch: queue warm-start points in the study
     if points and study is not None:
         for point in points:
@@ -70,6 +76,20 @@ def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
     elif points:
         log.warning("%s restored from %s: warm-start points are not re-queued", spec.searcher_name, state_dir)
     return searcher
+
+
+@contextmanager
+def _searcher_state(experiment_dir: str) -> Iterator[str]:
+    """A local folder holding the experiment's ``searcher-state-*.pkl`` (copied alone from an object store)."""
+    if not uris.is_remote(experiment_dir):
+        yield experiment_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="sweeps-searcher-") as tmp:
+        for name in uris.listdir(experiment_dir):
+            if name.startswith("searcher-state"):
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(uris.read_bytes(uris.join(experiment_dir, name)))
+        yield tmp
 
 
 def is_restored(searcher: Any) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.spec import SweepSpec
+from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space, pauses_trials
 from sweeps.execution.trial import TrialSetup, run_trial
@@ -38,11 +39,6 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     return tune.with_resources(fn, resources)
 
 
-def count_limit(spec: SweepSpec, plan: Plan) -> int | None:
-    """Tune's count-based concurrency limit: none locally (the trial-slot resource limits), else the plan's."""
-    return None if spec.cluster.mode == "local" else plan.concurrent_trials
-
-
 class FinalEpoch:
     """Tune stopper: a trial that reported its last epoch is done, before the scheduler sees that result.
 
@@ -71,19 +67,26 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     from sweeps.execution.tune_logs import result_loggers
 
     scheduler = build_scheduler(spec)
+    search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
+    extra: list[Any] = []
+    if spec.cluster.mode != "local":
+        census = Census()
+        capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
+                            spec.sweep.max_concurrent_trials)
+        search_alg = make_elastic(search_alg, capacity, census)
+        extra.append(census_callback(census))
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
-        search_alg=searcher if searcher is not None else build_searcher(spec, count_limit(spec, plan) or 0, points),
+        search_alg=search_alg,
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
-        max_concurrent_trials=count_limit(spec, plan),
         time_budget_s=spec.sweep.time_budget_s,
     )
     run_config = tune.RunConfig(
         name=name or sweep_id,
         storage_path=spec.storage_path,
-        callbacks=[*callbacks, *result_loggers()],
+        callbacks=[*callbacks, *extra, *result_loggers()],
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,

@@ -11,7 +11,7 @@ from typing import Any
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import plan, raystart, storage
+from sweeps.execution import plan, raystart, remote, storage
 from sweeps.tracking import client as mc
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -36,6 +36,8 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     local = spec.cluster.mode == "local"
     pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
     check_remote(spec)
+    if not local:
+        remote.check_node_types(spec)
     mc.probe(spec.tracking.uri)
     storage.check_storage(spec.storage_path)
     # Ray's processes (and trainables that keep data under $SWEEPS_HOME) must see the same state folder.
@@ -48,7 +50,7 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
         raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
     try:
         c = opening.result()
-        the_plan = pre or plan.make_plan(spec, plan.cluster_resources(), local=False)
+        the_plan = pre or remote.remote_plan(spec)
         if not local:
             storage.check_shared_storage(spec.storage_path)
         yield the_plan, c

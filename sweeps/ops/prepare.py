@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sweeps.config import compose
 from sweeps.config.build import build_spec
+from sweeps.config.contract import check_trainable
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.execution import plan
@@ -16,6 +17,7 @@ def prepare(overrides: Sequence[str]) -> SweepSpec:
     """Compose and validate; raises BadInput before anything is started or written."""
     spec = build_spec(compose.compose(overrides))
     check_arguments(spec.searcher, spec.scheduler)
+    check_trainable(spec.trainable)
     return spec
 
 

@@ -105,7 +105,7 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
     before = rec
     new_dir = uris.join(spec.storage_path, name)
     with launched(spec) as (the_plan, c):
-        searcher = searchers.restored_searcher(spec, tuner_mod.count_limit(spec, the_plan) or 0,
+        searcher = searchers.restored_searcher(spec, 0,
                                                rec.experiment_dirs[-1], generation=generation)
         try:
             _reopen_parent(c, rec)

@@ -20,7 +20,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.execution import raystart
 from sweeps.ops.heartbeat import Heartbeat
 from sweeps.ops.launch import launched
-from sweeps.ops.signals import Signals
+from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
 from sweeps.reports import summary
 from sweeps.tracking.callback import make_callback
 from sweeps.tracking.parent import finish_parent, open_parent
@@ -38,6 +38,23 @@ class Outcome:
     interrupted: bool = False
     report_paths: list[str] = field(default_factory=list)
     promotion: str | None = None
+    promotion_refused: bool = False  # the champion gate refused the automatic promotion
+
+    @property
+    def succeeded(self) -> bool:
+        """At least one trial ended without error and with a finite value of the sweep metric."""
+        return self.summary.best is not None
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted (resumable), 1 no trial succeeded, 3 the gate refused the auto-promotion, else 0."""
+        from sweeps.errors import EXIT_GATE_REFUSED, EXIT_OK, EXIT_RUN_FAILED
+
+        if self.interrupted:
+            return 130
+        if not self.succeeded:
+            return EXIT_RUN_FAILED
+        return EXIT_GATE_REFUSED if self.promotion_refused else EXIT_OK
 
 
 def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id: str, parent: str, slots: int,
@@ -59,21 +76,39 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
             searcher_state_dir: str | None = None) -> Outcome:
     """Run a validated sweep end to end."""
     from sweeps.execution.searchers import restored_searcher
-    from sweeps.execution.tuner import build_tuner, count_limit
+    from sweeps.execution.tuner import build_tuner
 
     with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
         c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous)
         rec = new_record(spec, sweep_id, overrides, exp_id, parent, the_plan.concurrent_trials, schedule, previous)
-        store.save(rec)
-        log.info("sweep %s: %s trial(s), %d at a time; results in %s", sweep_id,
-                 the_plan.total_trials or "unbounded", the_plan.concurrent_trials, rec.experiment_dir)
-        tracker = make_tracker(spec, rec)
-        searcher = None
-        if searcher_state_dir:
-            searcher = restored_searcher(spec, count_limit(spec, the_plan) or 0, searcher_state_dir, points)
-        tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
+        try:
+            store.save(rec)
+            log.info("sweep %s: %s trial(s), %d at a time; results in %s", sweep_id,
+                     the_plan.total_trials or "unbounded", the_plan.concurrent_trials, rec.experiment_dir)
+            tracker = make_tracker(spec, rec)
+            searcher = None
+            if searcher_state_dir:
+                searcher = restored_searcher(spec, 0, searcher_state_dir, points)
+            tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
+        except BaseException as exc:
+            abandon(c, rec, exc)
+            raise
         return fit_and_finish(spec, rec, tuner, tracker, c)
+
+
+def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
+    """A sweep that failed before Tune started: its parent run and record end FAILED (KILLED on Ctrl-C)."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    try:
+        store.update(rec.sweep_id, status="interrupted" if interrupted else "failed", lease_expires=None)
+    except Exception as err:  # the record may not have been written yet
+        log.debug("could not update the record of %s: %s", rec.sweep_id, err)
+    try:
+        c.set_tag(rec.parent_run_id, "error", security.scrub(str(exc), set())[:500] or type(exc).__name__)
+        c.set_terminated(rec.parent_run_id, status="KILLED" if interrupted else "FAILED")
+    except Exception as err:
+        log.warning("MLflow: could not close the parent run %s (%s)", rec.parent_run_id, err)
 
 
 def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
@@ -92,7 +127,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     """Fit; whatever happens, leave every MLflow run final and the index record honest."""
     t0 = time.monotonic()
     status, interrupted = "failed", False
-    signals = Signals()
+    signals = Signals(on_stop=lambda: setattr(tracker, "drain_s", STOP_DRAIN_S))
     try:
         with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id):
             tuner.fit()
@@ -100,32 +135,38 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
         status = "interrupted" if interrupted else "finished"
     except KeyboardInterrupt:
         interrupted, status = True, "interrupted"
+        tracker.drain_s = STOP_DRAIN_S
     finally:
-        wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
-        tracker.close_open("KILLED")
-        records_ = _records(spec, rec, settled=status == "finished")
-        summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
-                               max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots)
-        budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
-        if status == "finished" and summ.counts["unfinished"] and not budget_hit:
-            interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
-        rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds)
+        with shielded("closing the MLflow runs and the sweep's record"):
+            wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
+            tracker.close_open("KILLED")
+            records_ = _records(spec, rec, settled=status == "finished")
+            summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
+                                   max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots)
+            budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
+            if status == "finished" and summ.counts["unfinished"] and not budget_hit:
+                interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
+            if status == "finished" and summ.best is None:
+                status = "failed"  # no trial succeeded: nothing to report as a result
+            reason = "time_budget" if budget_hit and status == "finished" else None
+            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
         out.report_paths = _report(rec, records_, summ, spec, c)
     if spec.promote.enabled and status == "finished":
-        out.promotion = _promote(rec, spec)
+        out.promotion, out.promotion_refused = _promote(rec, spec)
     return out
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
-                  mlflow_seconds: float) -> store.SweepRecord:
+                  mlflow_seconds: float, stop_reason: str | None) -> store.SweepRecord:
     """The index record and the parent run say how the sweep ended."""
     best = {}
     if summ.best is not None:
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
-    rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts)
+    rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
+                       stop_reason=stop_reason, lease_expires=None)
     try:
         finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
     except Exception as exc:
@@ -162,15 +203,16 @@ def _report(rec: store.SweepRecord, records_: list[Any], summ: summary.Summary, 
         return []
 
 
-def _promote(rec: store.SweepRecord, spec: SweepSpec) -> str:
+def _promote(rec: store.SweepRecord, spec: SweepSpec) -> tuple[str, bool]:
+    """(what happened, whether the champion gate refused it)."""
     from sweeps.errors import GateRefused
     from sweeps.registry.promote import promote
 
     try:
         res = promote(rec.sweep_id, model_name=spec.promote.model_name, alias=spec.promote.alias)
-        return str(res)
+        return str(res), False
     except GateRefused as exc:
-        return f"not promoted: {exc}"
+        return f"not promoted: {exc}", True
     except Exception as exc:
         log.warning("auto-promotion failed: %s", exc)
-        return f"promotion failed: {exc}"
+        return f"promotion failed: {exc}", False

@@ -34,6 +34,7 @@ class TrialRecord:
     num_failures: int = 0
     best_checkpoint_value: float | None = None  # the sweep metric Tune recorded with that checkpoint
     best_checkpoint_iteration: int | None = None
+    error_file: str | None = None  # the trial's full traceback, in storage
 
     def values(self, metric: str) -> list[float]:
         return [h[metric] for h in self.history if metric in h]
@@ -100,14 +101,19 @@ def _checkpoint_fields(trial: Any, metric: str) -> dict[str, Any]:
             "best_checkpoint_iteration": int(iteration) if isinstance(iteration, int | float) else None}
 
 
-def error_text(trial: Any) -> str | None:
-    """The last line of the trial's error file in storage (works without a Ray session)."""
+def error_file(trial: Any) -> str | None:
+    """Where the trial's error (its traceback) is in storage."""
     name = getattr(trial.run_metadata, "error_filename", None)
     location = trial_location(trial)
-    if not name or not location:
+    return uris.join(location, name) if name and location else None
+
+
+def error_text(location: str | None) -> str | None:
+    """The last line of a trial's error file (works without a Ray session)."""
+    if not location:
         return None
     try:
-        lines = uris.read_text(uris.join(location, name), errors="replace").strip().splitlines()
+        lines = uris.read_text(location, errors="replace").strip().splitlines()
     except (FileNotFoundError, OSError):
         return None
     return lines[-1] if lines else "error"
@@ -152,10 +158,11 @@ def _record(trial: Any, metric: str, epochs: int | None, settled: bool) -> Trial
     budget = (trial.config or {}).get("epochs", epochs)
     # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
     early = bool(status == "TERMINATED" and budget and epoch is not None and epoch < budget)
+    err = error_file(trial) if status == "ERROR" else None
     return TrialRecord(
         trial_id=trial.trial_id, status=status,
         params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
-        history=history, early_stopped=early, error=error_text(trial) if status == "ERROR" else None,
+        history=history, early_stopped=early, error=error_text(err), error_file=err,
         path=location, num_failures=trial.num_failures, **_checkpoint_fields(trial, metric),
     )
 

@@ -46,6 +46,7 @@ class Row:
     data_frac: float | None = None  # mean share of the loop's time spent waiting on data
     data_bound: bool = False
     schedule: Schedule = field(default_factory=dict)
+    error_file: str | None = None  # where the failed trial's traceback is
 
     @property
     def failed(self) -> bool:
@@ -171,6 +172,7 @@ def to_row(
         train_s=train_s,
         nonfinite=s.nonfinite,
         error=rec.error,
+        error_file=rec.error_file,
         epochs_run=len(rec.history),
         best_step=s.best_step,
         cpu_s=wall * cpus if cpus is not None else None,

@@ -27,7 +27,6 @@ from sweeps.tracking.client import (
     TAG_KIND,
     TAG_SWEEP,
     TAG_TRIAL,
-    TERMINAL,
     chunks,
     client,
     find_runs,
@@ -81,6 +80,7 @@ class _Tracker:
         self.epochs = epochs
         self.secrets = set(secrets)
         self.timer = _Timer()
+        self.drain_s = 120.0  # how long the end of the sweep waits for MLflow; short once a signal came
         self.runs: dict[str, str] = {}  # trial id -> run id
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.buffers: dict[str, list[Any]] = {}
@@ -209,7 +209,7 @@ class _Tracker:
         self._finish(trial, "FAILED")
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        self.drain()
+        self.drain(self.drain_s)
 
     # -- endings ----------------------------------------------------------------------------------------
     def _safe(self, fn: Any) -> None:
@@ -283,12 +283,17 @@ class _Tracker:
         self.client.set_tag(run_id, "error", text.strip().splitlines()[-1][:500] if text.strip() else "")
 
     def close_open(self, status: str = "KILLED") -> None:
-        """End every run this tracker opened that is not final yet (Ctrl-C, crash)."""
-        self.drain(timeout_s=60.0)
-        for run_id in self.runs.values():
+        """End every run this tracker opened that is not final yet (Ctrl-C, crash), within ``drain_s``."""
+        deadline = time.monotonic() + self.drain_s
+        self.drain(timeout_s=self.drain_s)
+        for run_id in sorted(self.opened):
+            if time.monotonic() > deadline:
+                log.warning("MLflow: %d run(s) left open after %.0f s; `python -m sweeps sync` closes them",
+                            len(self.opened), self.drain_s)
+                return
             try:
-                if self.client.get_run(run_id).info.status not in TERMINAL:
-                    self.client.set_terminated(run_id, status=status)
+                self.client.set_terminated(run_id, status=status)
+                self.opened.discard(run_id)
             except Exception as exc:
                 log.warning("MLflow: could not close run %s (%s)", run_id, exc)
 

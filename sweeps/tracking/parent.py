@@ -15,6 +15,8 @@ from sweeps.lease import driver_id
 from sweeps.store import SweepRecord
 from sweeps.tracking import client as mc
 
+TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
+
 
 def _git() -> dict[str, str]:
     """The commit of the project the sweep ran from: the cwd's repo, else the one holding the sweeps package."""
@@ -61,10 +63,14 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
         tags["previous_sweep_id"] = previous
     run = c.create_run(exp_id, run_name=sweep_id, tags=tags)
     run_id = run.info.run_id
-    mc.log_params(c, run_id, {"overrides": " ".join(overrides) or "(none)",
-                              "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
-    mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
-    mc.write_json_artifact(c, run_id, "search_space.json", spec.space)
+    try:
+        mc.log_params(c, run_id, {"overrides": " ".join(overrides) or "(none)",
+                                  "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
+        mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
+        mc.write_json_artifact(c, run_id, "search_space.json", spec.space)
+    except BaseException:
+        c.set_terminated(run_id, status="FAILED")  # never leave a half-opened parent run RUNNING
+        raise
     return c, exp_id, run_id
 
 
@@ -80,6 +86,8 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
 
     now = int(time.time() * 1000)
     tags: dict[str, Any] = {f"count.{k}": v for k, v in rec.counts.items()}
+    if rec.stop_reason:
+        tags["stop_reason"] = rec.stop_reason
     metrics = [Metric("sweeps/mlflow_seconds", mlflow_seconds, now, 0)]
     if rec.wall_s is not None:
         metrics.append(Metric("sweeps/wall_s", rec.wall_s, now, 0))
@@ -94,7 +102,17 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
         if best_run:
             tags["best_run_id"] = best_run[0].info.run_id
             tags["best_checkpoint"] = best_run[0].data.tags.get("best_checkpoint", "")
-            c.set_tag(best_run[0].info.run_id, "sweeps.best", "true")
+            mark_best(c, rec, best_run[0].info.run_id)
     mc.set_tags(c, rec.parent_run_id, tags)
     c.log_batch(rec.parent_run_id, metrics=metrics)
     c.set_terminated(rec.parent_run_id, status=status)
+
+
+def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
+    """Tag ``run_id`` ``sweeps.best=true`` and take the tag off any other run of the sweep (resume, extend)."""
+    previous = mc.find_runs(c, [rec.mlflow_experiment_id], f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}' and "
+                                                          f"tags.`{TAG_BEST}` = 'true'")
+    for run in previous:
+        if run.info.run_id != run_id:
+            c.delete_tag(run.info.run_id, TAG_BEST)
+    c.set_tag(run_id, TAG_BEST, "true")

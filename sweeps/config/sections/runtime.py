@@ -39,8 +39,20 @@ def cluster(r: Reader) -> ClusterCfg:
         r.errors.append(f"cluster.driver_cpus: must be > 0 (Tune rejects an empty driver), got {driver_cpus}")
     if num_cpus is not None and num_cpus <= 0:
         r.errors.append(f"cluster.num_cpus: must be > 0, got {num_cpus}")
+    if isinstance(address, str) and address.startswith("ray://"):
+        r.errors.append(f"cluster.address: {address!r} is a Ray Client address: it would run Tune on the cluster "
+                        f"but tracking, storage checks and the results on this machine. Submit the sweep as a Ray "
+                        f"Job instead: `ray job submit --address http://HEAD:8265 --working-dir . -- python -m "
+                        f"sweeps run ... cluster=remote cluster.address=auto` (docs/cluster.md)")
+    wait_s = r.get("cluster", "wait_for_resources_s", "num", default=600)
+    if isinstance(wait_s, int | float) and wait_s < 0:
+        r.errors.append(f"cluster.wait_for_resources_s: must be >= 0, got {wait_s}")
+    types = r.get("cluster", "node_types", "list", default=[]) or []
+    node_types = tuple(r.amounts(f"cluster.node_types[{i}]", t) if isinstance(t, Mapping) else {}
+                       for i, t in enumerate(types))
+    ship = r.get("cluster", "ship_code", "bool", default=True)
     return ClusterCfg(mode, address, num_cpus, num_gpus, float(driver_cpus), float(hc), float(wst),
-                      bool(to_driver), driver_res)
+                      bool(to_driver), driver_res, node_types, float(wait_s), bool(ship))
 
 
 def storage(r: Reader, default_path: str) -> str:

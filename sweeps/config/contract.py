@@ -1,0 +1,70 @@
+"""The trainable contract, checked before Ray starts: each dotted path imports and has the right signature.
+
+``trainable.loop`` runs on every Train worker as ``loop(config)`` (or ``loop()``); ``trainable.builder`` and
+``trainable.datasets`` are called as ``fn(config)``. A typo or a wrong signature is refused with the key, the
+bad value and the closest names the module does define, before any trial starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from typing import Any
+
+from sweeps.config.spec import TrainableCfg
+from sweeps.errors import BadInput
+
+# key -> (how it is called, whether it must take the config argument)
+ROLES = {"loop": ("loop(config) or loop() on every Train worker", False),
+         "builder": ("builder(config) -> nn.Module", True),
+         "datasets": ("datasets(config) -> {name: ray.data.Dataset}", True)}
+
+
+def _resolve(key: str, path: str) -> tuple[Any, list[str]]:
+    module_name, _, attr = path.replace(":", ".").rpartition(".")
+    if not module_name:
+        return None, [f"{key}: {path!r} is not a dotted path; give package.module.function"]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module failed to import: say why
+        return None, [f"{key}: cannot import module {module_name!r} of {path!r} ({type(exc).__name__}: {exc})"]
+    if not hasattr(module, attr):
+        names = [n for n in dir(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(attr, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(f'{module_name}.{c}' for c in close)}?" if close else ""
+        return None, [f"{key}: module {module_name!r} has no {attr!r}{hint}"]
+    return getattr(module, attr), []
+
+
+def _signature_errors(key: str, path: str, fn: Any, role: str, needs_config: bool) -> list[str]:
+    if not callable(fn):
+        return [f"{key}: {path!r} is a {type(fn).__name__}, not a function; it is called as {role}"]
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    takes_one = bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in params)
+    if len(required) > 1 or (needs_config and not takes_one):
+        return [f"{key}: {path!r} takes ({', '.join(p.name for p in params)}); it is called as {role}"]
+    return []
+
+
+def check_trainable(t: TrainableCfg) -> None:
+    """Import ``trainable.loop``/``builder``/``datasets`` and check how they can be called.
+
+    Raises:
+        BadInput: naming each key whose path does not import or whose signature does not fit.
+    """
+    errors: list[str] = []
+    for name, (role, needs_config) in ROLES.items():
+        path = getattr(t, name)
+        if not path:
+            continue
+        key = f"trainable.{name}"
+        fn, errs = _resolve(key, path)
+        errors += errs or _signature_errors(key, path, fn, role, needs_config)
+    if errors:
+        raise BadInput(*errors)

@@ -1,0 +1,96 @@
+"""The plan on a remote cluster: refuse what no node type can hold, wait for nodes that can, then go elastic.
+
+A cluster may start with a 0-CPU head and no workers (KubeRay, ``ray up``): nodes arrive once work asks for
+them. So instead of refusing what the nodes alive at launch cannot hold, the sweep asks the autoscaler for one
+trial's worth (Ray's ``request_resources``) and waits, saying what it waits for, up to
+``cluster.wait_for_resources_s``. Only a trial that no configured node type (``cluster.node_types``) could ever
+hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.concurrency`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput, SweepsError
+from sweeps.execution.plan import Plan, Resources, _fmt, cluster_resources, per_trial, total_trials, worker_bundle
+
+log = logging.getLogger(__name__)
+POLL_S = 2.0
+SAY_EVERY_S = 10.0
+
+
+class NoCapacity(SweepsError):
+    """The cluster did not grow to hold one trial within ``cluster.wait_for_resources_s``."""
+
+
+def check_node_types(spec: SweepSpec) -> None:
+    """BadInput when ``cluster.node_types`` is given and none of them can hold one worker."""
+    types, bundle = spec.cluster.node_types, worker_bundle(spec)
+    if types and not any(all(t.get(k, 0.0) >= v for k, v in bundle.items()) for t in types):
+        shapes = "; ".join(_fmt(t) for t in types)
+        raise BadInput(f"trainable.resources_per_worker: a worker needs {_fmt(bundle)} but no node type of "
+                       f"cluster.node_types can hold it ({shapes}); lower trainable.resources_per_worker or "
+                       f"use_gpu, or add a node type")
+
+
+def holds_a_trial(spec: SweepSpec, res: Resources) -> bool:
+    bundle, need = worker_bundle(spec), per_trial(spec)
+    fits_worker = any(all(n.get(k, 0.0) >= v for k, v in bundle.items()) for n in res.nodes)
+    return fits_worker and all(res.total.get(k, 0.0) >= v for k, v in need.items())
+
+
+def _request_one_trial(spec: SweepSpec) -> None:
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = worker_bundle(spec)
+        driver = {"CPU": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+        request_resources(bundles=[driver, *[bundle] * spec.trainable.num_workers])
+    except Exception as exc:  # no autoscaler (a fixed cluster): the nodes may still join by hand
+        log.debug("request_resources failed: %s", exc)
+
+
+def wait_for_capacity(spec: SweepSpec, timeout_s: float | None = None) -> Resources:
+    """The cluster's resources once it can hold one trial; says what it waits for every few seconds.
+
+    Raises:
+        NoCapacity: after ``cluster.wait_for_resources_s`` without room for one trial.
+    """
+    timeout = spec.cluster.wait_for_resources_s if timeout_s is None else timeout_s
+    need = per_trial(spec)
+    start = time.monotonic()
+    said = -SAY_EVERY_S
+    requested = False
+    while True:
+        res = cluster_resources()
+        if holds_a_trial(spec, res):
+            return res
+        waited = time.monotonic() - start
+        if not requested:
+            _request_one_trial(spec)
+            requested = True
+        if waited >= timeout:
+            raise NoCapacity(f"the cluster cannot hold one trial after {waited:.0f} s: need {_fmt(need)} "
+                             f"(driver + {spec.trainable.num_workers} workers x {_fmt(worker_bundle(spec))}), cluster "
+                             f"has {_fmt(res.total)} over {len(res.nodes)} node(s); add nodes, or raise "
+                             f"cluster.wait_for_resources_s")
+        if waited - said >= SAY_EVERY_S:
+            log.info("waiting for resources: need %s (driver + %d workers x %s), cluster has %s over %d node(s)",
+                     _fmt(need), spec.trainable.num_workers, _fmt(worker_bundle(spec)), _fmt(res.total),
+                     len(res.nodes))
+            said = waited
+        time.sleep(POLL_S)
+
+
+def remote_plan(spec: SweepSpec) -> Plan:
+    """A plan for a remote cluster (call after ``ray.init``): its concurrency is what the cluster holds now."""
+    check_node_types(spec)
+    res = wait_for_capacity(spec)
+    need = per_trial(spec)
+    fit = max(1, min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0))
+    conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
+    return Plan(per_trial=need, worker_bundle=worker_bundle(spec), concurrent_trials=conc,
+                total_trials=total_trials(spec), max_epochs=spec.trainable.epochs, resources=res,
+                num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0)

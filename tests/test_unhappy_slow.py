@@ -1,0 +1,229 @@
+"""The unhappy paths of real sweeps: exit codes, runs never left RUNNING, SIGTERM, leases, budgets, grids.
+
+Real Ray, real MLflow (SQLite), real training on digits; every sweep is as small as the promise allows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAST, SweepsEnv, mlflow_client, wait_for
+
+pytestmark = pytest.mark.slow
+
+TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", "report.enabled=false",
+        "search_space.lr={dist: choice, values: [0.05]}", *FAST]
+
+
+def _index(env: SweepsEnv) -> dict:
+    (path,) = list((env.home / "sweeps").glob("*.json"))
+    return json.loads(path.read_text())
+
+
+def _runs(env: SweepsEnv, rec: dict, status: str | None = None) -> list:
+    c = mlflow_client(env.tracking_uri)
+    where = f"tags.`sweeps.sweep_id` = '{rec['sweep_id']}'"
+    if status:
+        where += f" and attributes.status = '{status}'"
+    return c.search_runs([rec["mlflow_experiment_id"]], where, max_results=500)
+
+
+def _rows(trial_dir: Path) -> list[dict]:
+    f = trial_dir / "result.json"
+    out = []
+    for line in f.read_text().splitlines() if f.is_file() else []:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def _trial_dirs(rec: dict) -> list[Path]:
+    return [d for exp in rec["experiment_dirs"] for d in Path(exp).iterdir() if d.is_dir()]
+
+
+def test_no_trial_succeeds_exits_1_then_retry_errored_finishes(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.run("run", *TINY, "sweep.num_samples=2", "sweep.max_concurrent_trials=2", "failure.max_failures=0",
+                       "+trainable.params.fault=raise_once", "+trainable.params.fault_epoch=2")
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out = proc.stdout
+        assert "2 of 2 trials failed" in out and "injected one-off fault at epoch 2" in out, out
+        traceback_file = out.split("full traceback: ", 1)[1].split()[0]
+        assert "injected one-off fault" in Path(traceback_file).read_text()
+        assert "no trial succeeded" in out
+        rec = _index(env)
+        assert rec["status"] == "failed"
+        assert {r.info.status for r in _runs(env, rec)} == {"FAILED"}, "parent and children all FAILED"
+
+        proc = env.run("resume", "latest", "--retry-errored")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rec = _index(env)
+        assert rec["status"] == "finished" and rec["counts"]["completed"] == 2
+        for d in _trial_dirs(rec):
+            epochs = [r["epoch"] for r in _rows(d)]
+            assert epochs == [1, 2, 3], f"retried from the checkpoint of epoch 1, not from scratch: {epochs}"
+        assert {r.info.status for r in _runs(env, rec)} == {"FINISHED"}
+    finally:
+        env.cleanup()
+
+
+def test_a_searcher_that_cannot_be_built_leaves_no_run_running(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.run("run", *TINY, "searcher=optuna", "++searcher.storage._target_=optuna.storages.RDBStorage",
+                       f"++searcher.storage.url=sqlite:///{tmp_path}/no/such/folder/study.db")
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        rec = _index(env)
+        assert rec["status"] == "failed"
+        runs = _runs(env, rec)
+        assert runs and {r.info.status for r in runs} == {"FAILED"}, [(r.info.run_name, r.info.status) for r in runs]
+    finally:
+        env.cleanup()
+
+
+WIDE = ["search_space.hidden_size={dist: choice, values: [1024]}",
+        "search_space.batch_size={dist: choice, values: [32]}", "trainable.params.num_layers=3"]
+
+
+def _reported(env: SweepsEnv, n: int) -> bool:
+    paths = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
+    if not paths:
+        return False
+    rec = json.loads(paths[0].read_text())
+    exp = Path(rec["experiment_dirs"][-1])
+    return exp.is_dir() and any(len(_rows(d)) >= n for d in exp.iterdir() if d.is_dir())
+
+
+EXTEND_INTERRUPTED = textwrap.dedent("""
+    import sys
+    from sweeps.execution import tuner
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    tuner.build_tuner = interrupted  # Ctrl-C while the extension starts, before Tune saved any state
+    from sweeps.cli.main import main
+    sys.exit(main(["extend", sys.argv[1], "--more-trials", "1"]))
+""")
+
+
+def test_sigterm_stops_like_ctrl_c_live_sweeps_are_refused_and_extend_survives_an_early_stop(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.popen("run", *TINY, *WIDE, "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
+                         "trainable.params.epochs=8", "checkpoint.num_to_keep=2")
+        wait_for(lambda: _reported(env, 2), 480, interval=0.2, what="two reported epochs")
+        rec = _index(env)
+        for cmd in (["sync", rec["sweep_id"]], ["resume", rec["sweep_id"]], ["extend", rec["sweep_id"],
+                                                                              "--more-trials", "1"]):
+            refused = env.run(*cmd)
+            assert refused.returncode == 2 and "still running" in refused.stderr, (cmd, refused.stderr[-1000:])
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGTERM)  # a second signal (an impatient supervisor) must not half-write anything
+        out, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - t0
+        assert proc.returncode == 130, out[-3000:]
+        assert took <= 25, f"shutdown after SIGTERM took {took:.1f} s (a 30 s grace period would kill it)"
+        rec = _index(env)
+        assert rec["status"] == "interrupted" and rec["lease_expires"] is None
+        assert not _runs(env, rec, "RUNNING"), "SIGTERM left MLflow runs RUNNING"
+        assert {r.info.status for r in _runs(env, rec)} <= {"KILLED", "FINISHED"}
+
+        proc = env.run("resume", "latest")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rec = _index(env)
+        assert rec["status"] == "finished" and rec["counts"]["completed"] == 2
+
+        stopped = subprocess.run([sys.executable, "-c", EXTEND_INTERRUPTED, rec["sweep_id"]], cwd=env.root,
+                                 env=env.env, capture_output=True, text=True, timeout=300)
+        assert stopped.returncode == 130, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+        after = _index(env)
+        assert after["status"] == "finished" and after["experiment_dirs"] == rec["experiment_dirs"], \
+            "an extension stopped before Tune started leaves the sweep as it was"
+        assert mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).info.status == "FINISHED"
+        proc = env.run("extend", rec["sweep_id"], "--more-trials", "1", "trainable.params.epochs=8")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert len(_index(env)["experiment_dirs"]) == 2
+    finally:
+        env.cleanup()
+
+
+def _windows(rec: dict) -> list[tuple[float, float]]:
+    """Each trial's [start, end] from its own rows: the first row's timestamp minus its iteration time."""
+    out = []
+    for d in _trial_dirs(rec):
+        rows = _rows(d)
+        if rows:
+            out.append((rows[0]["timestamp"] - rows[0]["time_this_iter_s"], rows[-1]["timestamp"]))
+    return out
+
+
+def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=40",
+                       "sweep.max_concurrent_trials=1", "trainable.params.epochs=2", timeout=400)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "stopped by sweep.time_budget_s" in proc.stdout
+        rec = _index(env)
+        assert rec["status"] == "finished" and rec["stop_reason"] == "time_budget"
+        parent = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"])
+        assert parent.info.status == "FINISHED" and parent.data.tags["stop_reason"] == "time_budget"
+        windows = sorted(_windows(rec))
+        assert len(windows) >= 2, "the budget allowed more than one trial"
+        overlaps = [(a, b) for a, b in zip(windows, windows[1:], strict=False) if b[0] < a[1] - 0.5]
+        assert not overlaps, f"max_concurrent_trials=1 but trials overlapped: {overlaps}"
+    finally:
+        env.cleanup()
+
+
+def test_grid_search_runs_exactly_the_grid_times_the_repeats(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.run("run", *TINY, "searcher=grid", "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
+                       "search_space.lr={dist: choice, values: [0.02, 0.05]}",
+                       "search_space.batch_size={dist: choice, values: [32]}",
+                       "search_space.hidden_size={dist: choice, values: [32]}", "trainable.params.epochs=1")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        from sweeps.reports.results import load_records
+
+        rec = _index(env)
+        trials = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"])
+        assert sorted(t.params["lr"] for t in trials) == [0.02, 0.02, 0.05, 0.05]
+    finally:
+        env.cleanup()
+
+
+def test_promote_registers_the_checkpoint_tune_ranked_best_by_val_loss(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", *TINY, "sweep.metric=val/loss", "sweep.mode=min", "sweep.num_samples=1",
+                "trainable.params.epochs=4", "checkpoint.num_to_keep=2",
+                "search_space.lr={dist: choice, values: [0.3]}", check=True)  # a noisy lr: the best is not the last
+        rec = _index(env)
+        (trial_dir,) = _trial_dirs(rec)
+        kept = {d.name: d for d in trial_dir.glob("checkpoint_*")}
+        losses = {r["training_iteration"]: r["val/loss"] for r in _rows(trial_dir)}
+        best_kept = min(kept, key=lambda n: losses[int(n.split("_")[1]) + 1])
+        proc = env.run("promote", "latest", "--model-name", "digits-loss", check=True)
+        assert "registered digits-loss version 1" in proc.stdout
+        c = mlflow_client(env.tracking_uri)
+        version = c.get_model_version("digits-loss", "1")
+        (child,) = [r for r in _runs(env, rec) if r.data.tags.get("sweeps.kind") == "trial"]
+        assert Path(version.tags["checkpoint"]).name == best_kept, (version.tags["checkpoint"], losses)
+        assert version.tags["checkpoint"] == child.data.tags["best_checkpoint"], "tracker and promotion agree"
+        assert float(version.tags["metric_value"]) == pytest.approx(min(losses[int(n.split("_")[1]) + 1]
+                                                                       for n in kept))
+    finally:
+        env.cleanup()
