@@ -106,10 +106,3 @@ def build_scheduler(spec: SweepSpec) -> Any:
 
 def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space.to_tune(spec.space, grid_choices=spec.searcher_name == "grid")
-
-
-def pauses_trials(scheduler: Any) -> bool:
-    """Whether Ray's scheduler can pause a trial (and so resume it later in a new worker group)."""
-    from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
-
-    return isinstance(scheduler, (PopulationBasedTraining, HyperBandScheduler, MedianStoppingRule))

@@ -23,8 +23,8 @@ ALWAYS = ("sweeps", "trainables")
 EXCLUDES = ["__pycache__", "*.pyc", ".git", ".sweeps", "reports", "checkpoint_*", "*.egg-info", ".pytest_cache",
             ".mypy_cache", ".ruff_cache", "*.db", "mlruns", "mlartifacts"]
 # Non-secret settings that Train workers and trial drivers read, passed on when the driver has them.
-SETTINGS = ("SWEEPS_HOME", "SWEEPS_DATA_CACHE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION",
-            "MLFLOW_S3_ENDPOINT_URL", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+SETTINGS = ("SWEEPS_HOME", "SWEEPS_DATA_CACHE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION",
+            "AWS_REGION", "MLFLOW_S3_ENDPOINT_URL", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def user_packages(spec: SweepSpec) -> list[str]:

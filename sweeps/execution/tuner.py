@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from sweeps import uris
 from sweeps.config.spec import SweepSpec
+from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic
 from sweeps.execution.plan import TRIAL_SLOT, Plan
-from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space, pauses_trials
+from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
 from sweeps.execution.trial import TrialSetup, run_trial
 
 
@@ -37,25 +37,6 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     if spec.cluster.mode == "local":
         resources[TRIAL_SLOT] = 1.0
     return tune.with_resources(fn, resources)
-
-
-class FinalEpoch:
-    """Tune stopper: a trial that reported its last epoch is done, before the scheduler sees that result.
-
-    Schedulers that pause trials (PBT/PB2 waiting for a perturbation, HyperBand at a rung, median stopping
-    yielding) would otherwise pause a trial at its final epoch, and resuming it restarts a whole Train worker
-    group only to find nothing left to train (or PBT clones a donor into a trial that has no epochs left).
-    The budget is the trial's own ``epochs`` (it may be searched) or the trainable's fixed one.
-    """
-
-    def __init__(self, epochs: int | None) -> None:
-        self.epochs = epochs
-
-    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
-        config = result.get("config") or {}
-        budget = config.get("epochs", self.epochs) if isinstance(config, dict) else self.epochs
-        epoch = result.get("epoch")
-        return isinstance(budget, (int, float)) and isinstance(epoch, (int, float)) and epoch >= budget
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
@@ -93,7 +74,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=FinalEpoch(spec.trainable.epochs) if pauses_trials(scheduler) else None,
+        stop=Budget(spec.trainable.epochs),
         verbose=1,
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

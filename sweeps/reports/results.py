@@ -154,10 +154,10 @@ def _record(trial: Any, metric: str, epochs: int | None, settled: bool) -> Trial
     history = read_history(location) if location else []
     last = history[-1] if history else {}
     status = "TERMINATED" if settled and trial.status == "PAUSED" else trial.status
-    epoch = last.get("epoch", last.get("training_iteration"))
+    iteration = last.get("training_iteration")  # what Tune counted, whatever the loop calls its epochs
     budget = (trial.config or {}).get("epochs", epochs)
     # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
-    early = bool(status == "TERMINATED" and budget and epoch is not None and epoch < budget)
+    early = bool(status == "TERMINATED" and budget and iteration is not None and iteration < budget)
     err = error_file(trial) if status == "ERROR" else None
     return TrialRecord(
         trial_id=trial.trial_id, status=status,

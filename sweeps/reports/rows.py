@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,18 +80,26 @@ class _Scan:
     iter_s: float = 0.0
     frac_sum: float = 0.0
     frac_n: int = 0
+    steady: tuple[float, ...] = ()  # Tune's time between reports, for reports that did not follow a (re)start
+    starts: int = 0  # reports that came first after a (re)start of the trial (their time includes start-up)
 
 
 def _scan(history: Sequence[Mapping[str, float]], metric: str, mode: str) -> _Scan:
     # Locals, not attribute writes: this loop runs once per history row (200,000 times for 10,000 trials).
     best, best_step, final, nonfinite = math.nan, None, math.nan, False
     epochs, iterations, wall, train, iter_s, frac_sum, frac_n = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0
+    steady: list[float] = []
+    starts = 0
     is_max, isfinite = mode == "max", math.isfinite
     for i, h in enumerate(history, 1):
         get = h.get
         step = get("training_iteration", i)
         if step > iterations:
             iterations = step
+        if get("iterations_since_restore", 2 if i > 1 else 1) <= 1:
+            starts += 1
+        else:
+            steady.append(get("time_this_iter_s", 0.0))
         e = get("epoch", 0.0)
         if e > epochs:
             epochs = e
@@ -125,6 +134,8 @@ def _scan(history: Sequence[Mapping[str, float]], metric: str, mode: str) -> _Sc
         iter_s,
         frac_sum,
         frac_n,
+        tuple(steady),
+        starts,
     )
 
 
@@ -145,6 +156,14 @@ def _schedule_from_history(history: Sequence[Mapping[str, float]]) -> Schedule:
     return {k: tuple(v) for k, v in out.items() if len(v) > 1}
 
 
+def _tune_train_s(s: _Scan) -> float:
+    """Pure training time from Tune's own clock: the time between consecutive reports, with each first
+    report after a (re)start (which also holds the start-up) counted as the trial's median steady report."""
+    if not s.steady:
+        return s.iter_s  # a single report per start: start-up cannot be told apart (an upper bound)
+    return sum(s.steady) + s.starts * statistics.median(s.steady)
+
+
 def to_row(
     rec: TrialRecord,
     metric: str,
@@ -156,7 +175,7 @@ def to_row(
 ) -> Row:
     """One trial record -> its summary row (pure)."""
     s = _scan(rec.history, metric, mode)
-    train_s = s.train_s if s.train_s > 0.0 else s.iter_s
+    train_s = s.train_s if s.train_s > 0.0 else _tune_train_s(s)
     data_frac = s.frac_sum / s.frac_n if s.frac_n else None
     wall = float(s.wall_s)
     return Row(

@@ -112,7 +112,7 @@ def _saved(rows: list[Row], max_epochs: int | None) -> tuple[float | None, int |
     for r in rows:
         if not r.early_stopped or r.failed:
             continue
-        left = max(max_epochs - r.epochs, 0)
+        left = max(max_epochs - r.iterations, 0)  # Tune's count of reports, not the loop's own epoch
         epochs += left
         if r.epochs_run:
             seconds += left * r.train_s / r.epochs_run

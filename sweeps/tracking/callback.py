@@ -226,9 +226,9 @@ class _Tracker:
         of the sweep waits for them, so a server that is down for a while loses nothing.
         """
         last = trial.last_result or {}
-        epoch = last.get("epoch")
-        early = bool(status == "FINISHED" and self.epochs and isinstance(epoch, int | float)
-                     and epoch < self.epochs)
+        done = last.get("training_iteration")  # Tune's count: a loop's own `epoch` may start at 0
+        budget = (trial.config or {}).get("epochs", self.epochs)
+        early = bool(status == "FINISHED" and budget and isinstance(done, int | float) and done < budget)
         tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
                 "retries": str(trial.num_failures), "trial_dir": trial_location(trial) or ""}
         error = None
