@@ -25,6 +25,7 @@ COMMANDS = {
     "ui": "start the MLflow UI on 127.0.0.1 for the configured store",
     "schedule": "nightly sweeps: schedule add|list|remove|run",
     "doctor": "check the environment and say how to fix what is wrong",
+    "new": "scaffold a trainable: new trainable NAME [--from pkg.module:function]",
 }
 
 
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
             from sweeps.cli.schedule import add_arguments
 
             add_arguments(sp)
+        elif name == "new":
+            from sweeps.cli import new
+
+            new.add_arguments(sp)
     return p
 
 
@@ -98,7 +103,7 @@ HANDLERS = {
     "sync": ("mlflow", "cli_sync"), "ui": ("mlflow", "cli_ui"),
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
-    "doctor": ("doctor", "cli_doctor"),
+    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"),
 }
 
 

@@ -27,6 +27,7 @@ def cli_ui(args: argparse.Namespace) -> int:
     uri = store_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
         print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")
+        _latest_sweep(uri, None)
         return 0
     check_port(args.host, args.port)
     if not is_loopback(args.host):
@@ -39,6 +40,7 @@ def cli_ui(args: argparse.Namespace) -> int:
         server = serve(uri, args.host, args.port, log_path)
         try:
             print(f"MLflow UI: {server.experiments_url()}", flush=True)
+            _latest_sweep(uri, server.url)
             print(f"(server log: {log_path}; Ctrl-C to stop)", flush=True)
             code = wait_until_interrupted(server)
         finally:
@@ -47,3 +49,14 @@ def cli_ui(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     print("MLflow UI stopped")
     return code
+
+
+def _latest_sweep(uri: str, ui_url: str | None) -> None:
+    """The newest sweep of this store: its runs table and its parent run's page."""
+    from sweeps import store
+    from sweeps.tracking import links
+
+    rec = next((r for r in reversed(store.all_records()) if r.tracking_uri == uri and r.mlflow_experiment_id), None)
+    if rec is not None:
+        print(f"latest sweep {rec.sweep_id}: {links.runs_url(uri, rec.mlflow_experiment_id, ui_url)} "
+              f"(parent run {links.run_url(uri, rec.mlflow_experiment_id, rec.parent_run_id, ui_url)})", flush=True)

@@ -102,12 +102,26 @@ def format_outcome(outcome: object) -> str:
     if s.efficiency is not None and not math.isnan(s.efficiency):
         lines.append(f"  efficiency (T_ideal / T_observed): {s.efficiency:.2f}")
     lines.append(f"  results  : {rec.experiment_dir}")
-    lines.append(f"  MLflow   : {rec.tracking_uri} (run {rec.parent_run_id}); browse with `python -m sweeps ui`")
+    lines += _mlflow_lines(rec)
     if rec.report_dir:
-        lines.append(f"  report   : {rec.report_dir}")
+        lines.append(f"  report   : {rec.report_dir}/report.html")
     if outcome.promotion:
         lines.append(f"  promotion: {outcome.promotion}")
     return "\n".join(lines)
+
+
+def _mlflow_lines(rec: object) -> list[str]:
+    from sweeps.tracking import links
+
+    uri, exp, parent = getattr(rec, "tracking_uri", ""), getattr(rec, "mlflow_experiment_id", ""), \
+        getattr(rec, "parent_run_id", "")
+    if not exp:
+        return []
+    lines = [f"  MLflow   : {links.runs_url(uri, exp)}  (this sweep's runs; the parent run expands to its trials)",
+             f"  sweep run: {links.run_url(uri, exp, parent)}"]
+    if links.needs_local_ui(uri):
+        lines.append("  open them: python -m sweeps ui")
+    return lines
 
 
 def _first_error(s: object) -> str:

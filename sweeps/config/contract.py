@@ -68,3 +68,60 @@ def check_trainable(t: TrainableCfg) -> None:
         errors += errs or _signature_errors(key, path, fn, role, needs_config)
     if errors:
         raise BadInput(*errors)
+
+
+# feature -> (evidence in the loop's source, what it gives, what to add when it is missing)
+FEATURES = {
+    "resume": (("get_checkpoint(", "resume_checkpoint("), "PBT exploits, Tune retries and `sweeps resume` continue "
+               "from a checkpoint", "call ray.train.get_checkpoint() at the start of the loop and restore from it"),
+    "checkpoints": (("checkpoint=", "Checkpoint.from_directory", "save_checkpoint("), "PBT, retries and "
+                    "promotion have checkpoints", "pass checkpoint=ray.train.Checkpoint.from_directory(dir) to "
+                    "ray.train.report (rank 0)"),
+    "data time": (("time/data_s", "Stopwatch("), "the report flags trials that wait on data", "report "
+                  "time/data_s and time/compute_s (trainables.common.Stopwatch)"),
+}
+
+
+def _sources(path: str, depth: int = 2) -> str:
+    """The source of the module ``path`` points into, and of the same package's modules it imports."""
+    import ast
+    import sys
+
+    module_name = path.replace(":", ".").rpartition(".")[0]
+    top = module_name.split(".")[0]
+    seen, todo, out = set(), [(module_name, 0)], []
+    while todo:
+        name, level = todo.pop()
+        if name in seen or name.split(".")[0] != top:
+            continue
+        seen.add(name)
+        try:
+            text = inspect.getsource(sys.modules.get(name) or importlib.import_module(name))
+        except (ImportError, OSError, TypeError):
+            continue
+        out.append(text)
+        if level < depth:
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    todo += [(node.module, level + 1)] + [(f"{node.module}.{a.name}", level + 1) for a in node.names]
+                elif isinstance(node, ast.Import):
+                    todo += [(a.name, level + 1) for a in node.names]
+    return "\n".join(out)
+
+
+def features(t: TrainableCfg) -> list[tuple[str, bool, str]]:
+    """What the trainable supports, read from its loop's source: ``(feature, supported, detail)``."""
+    source = _sources(t.loop)
+    out = []
+    for name, (evidence, gives, add) in FEATURES.items():
+        ok = any(e in source for e in evidence)
+        out.append((name, ok, gives if ok else f"missing: {add}"))
+    promotable = bool(t.builder or getattr(t, "load_model", None))
+    out.append(("promotion", promotable, "`promote` can rebuild the model" if promotable else
+                "missing: set trainable.builder (build_model(config) -> nn.Module) or trainable.load_model"))
+    return out
+
+
+def describe(t: TrainableCfg) -> list[str]:
+    """The contract check, as the lines ``--dry-run`` prints."""
+    return [f"{'yes' if ok else 'NO ':<3} {name:<12} {detail}" for name, ok, detail in features(t)]

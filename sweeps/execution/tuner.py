@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps import uris
+from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic
 from sweeps.execution.plan import TRIAL_SLOT, Plan
+from sweeps.execution.progress import Progress, progress_callback
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
 from sweeps.execution.trial import TrialSetup, run_trial
 
@@ -49,7 +50,9 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
 
     scheduler = build_scheduler(spec)
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
-    extra: list[Any] = []
+    progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
+                        str(paths.home() / "logs" / f"{name or sweep_id}.log"), spec.sweep.time_budget_s)
+    extra: list[Any] = [progress_callback(progress)]
     if spec.cluster.mode != "local":
         census = Census()
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
@@ -75,7 +78,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
         stop=Budget(spec.trainable.epochs),
-        verbose=1,
+        verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.
     space_ = {} if is_restored(searcher) else param_space(spec)

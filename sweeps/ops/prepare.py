@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sweeps.config import compose
 from sweeps.config.build import build_spec
-from sweeps.config.contract import check_trainable
+from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.execution import plan
@@ -35,6 +35,8 @@ def dry_run(spec: SweepSpec) -> str:
         f"searcher       : {spec.searcher_name}    scheduler: {spec.scheduler_name}",
         f"tracking       : {spec.tracking.uri} (experiment {spec.tracking.experiment})",
         f"storage        : {spec.storage_path}",
+        "contract       : (read from the loop's source)",
+        *(f"  {line}" for line in describe(spec.trainable)),
         "search space   :",
         *(f"  {k}: {json.dumps(v)}" for k, v in spec.space.items()),
         "plan           :",

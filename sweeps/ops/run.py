@@ -154,6 +154,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
         out.report_paths = _report(rec, records_, summ, spec, c)
+        out.record = store.load(rec.sweep_id)  # now with its report folder
     if spec.promote.enabled and status == "finished":
         out.promotion, out.promotion_refused = _promote(rec, spec)
     return out

@@ -174,5 +174,14 @@ def html(
     analysis: Analysis | None = None,
     files: Sequence[str] = ("trials.csv", "summary.md"),
 ) -> str:
-    """report.html: the same outline as summary.md, plus the plots (embedded) and links to ``files``."""
-    return html_page(f"Sweep {rec.sweep_id}", outline(rec, summ, analysis), plots, {f: f for f in files})
+    """report.html: the same outline as summary.md, plus the plots (embedded), links to ``files`` and to the
+    sweep's runs in the MLflow UI."""
+    links = {f: f for f in files}
+    if rec.mlflow_experiment_id:
+        from sweeps.tracking import links as ui
+
+        local = " (start it with `python -m sweeps ui`)" if ui.needs_local_ui(rec.tracking_uri) else ""
+        links[f"this sweep's runs in the MLflow UI{local}"] = ui.runs_url(rec.tracking_uri, rec.mlflow_experiment_id)
+        links[f"the sweep's parent run {rec.sweep_id}"] = ui.run_url(rec.tracking_uri, rec.mlflow_experiment_id,
+                                                                     rec.parent_run_id)
+    return html_page(f"Sweep {rec.sweep_id}", outline(rec, summ, analysis), plots, links)
