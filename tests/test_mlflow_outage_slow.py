@@ -43,6 +43,7 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
                                   log_path=tmp_path / "srv2.log")
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-4000:]
+        assert "buffered for retry" in out, "the outage must overlap the sweep's logging (no buffering seen)"
         (rec_path,) = list((env.home / "sweeps").glob("*.json"))
         rec = json.loads(rec_path.read_text())
         c = mlflow_client(uri)

@@ -191,7 +191,9 @@ def test_format_table_aligns_columns() -> None:
 TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
         "scheduler.grace_period=1", "report.enabled=false", "cluster.health_check_interval_s=0.1",
         "cluster.worker_start_timeout_s=60"]
-GOOD = [*TINY, "search_space.lr.low=0.01", "search_space.lr.high=0.05"]
+# the good sweep auto-promotes into an empty registry, under its own name and alias
+GOOD = [*TINY, "search_space.lr.low=0.01", "search_space.lr.high=0.05", "promote.enabled=true",
+        "promote.model_name=auto-digits", "promote.alias=staging"]
 # the worse sweep also asks for auto-promotion at its end: the same gate refuses it
 WORSE = [*TINY, "search_space.lr.low=1e-6", "search_space.lr.high=2e-6", "promote.enabled=true"]
 NAME = "quickstart"  # the default model name: the experiment's
@@ -202,10 +204,11 @@ def _record(env: SweepsEnv, sweep_id: str) -> dict[str, Any]:
     return data
 
 
-def _run_sweep(env: SweepsEnv, overrides: list[str]) -> dict[str, Any]:
+def _run_sweep(env: SweepsEnv, overrides: list[str], exit_code: int = 0) -> dict[str, Any]:
     folder = env.home / "sweeps"
     before = set(folder.glob("*.json")) if folder.is_dir() else set()
-    proc = env.run("run", *overrides, timeout=900, check=True)
+    proc = env.run("run", *overrides, timeout=900)
+    assert proc.returncode == exit_code, proc.stdout[-3000:] + proc.stderr[-3000:]
     (new,) = set(folder.glob("*.json")) - before
     rec = _record(env, new.stem)
     assert rec["status"] == "finished" and rec["best"], rec
@@ -246,7 +249,7 @@ def promoted(env: SweepsEnv, good: dict[str, Any]) -> Any:
 
 @pytest.fixture(scope="module")
 def worse(env: SweepsEnv, promoted: Any) -> dict[str, Any]:
-    return _run_sweep(env, WORSE)
+    return _run_sweep(env, WORSE, exit_code=3)  # the gate refused the auto-promotion
 
 
 @pytest.fixture(scope="module")
@@ -414,6 +417,14 @@ def test_worse_sweep_is_refused_by_the_gate(good: dict[str, Any], worse: dict[st
     assert "quickstart@champion (version 1)" in proc.stderr and "at least as good" in proc.stderr
     assert "--force" in proc.stderr
     assert after.keys() == before.keys()  # nothing registered
+
+
+@pytest.mark.slow
+def test_auto_promotion_registers_into_an_empty_registry_with_its_name_and_alias(env: SweepsEnv,
+                                                                                good: dict[str, Any]) -> None:
+    assert "promotion: registered auto-digits version 1 as @staging" in good["_stdout"], good["_stdout"][-2000:]
+    mv = _client(env).get_model_version_by_alias("auto-digits", "staging")
+    assert mv.tags["sweep_id"] == good["sweep_id"] and mv.tags["trial_id"] == good["best"]["trial_id"]
 
 
 @pytest.mark.slow

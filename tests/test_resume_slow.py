@@ -131,6 +131,7 @@ def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
         first = env.run("sync", "latest", check=True)
         assert "synced:" in first.stdout
         assert not c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
+        _assert_histories_match_results(env, rec)
         second = env.run("sync", "latest", check=True)
         assert "0 run(s) created, 0 metric value(s) logged, 0 status(es) set" in second.stdout, second.stdout
         rec = _finish_and_check(env, n_trials=3, epochs=6)
@@ -153,9 +154,38 @@ def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
         env.cleanup()
 
 
-def _train_worker_pids(env: SweepsEnv) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines() if "RayTrainWorker" in line]
+def _assert_histories_match_results(env: SweepsEnv, rec: dict) -> None:
+    """After `sync`, every row of each trial's result.json is in its run's val/acc history, step for step (MLflow
+    may hold a few more: the killed driver logged results that Tune had not yet synced to storage)."""
+    c = mlflow_client(env.tracking_uri)
+    runs = {r.data.tags["sweeps.trial_id"]: r for r in _children(env, rec)}
+    exp = Path(rec["experiment_dirs"][-1])
+    for d in (d for d in exp.iterdir() if d.is_dir()):
+        rows = _rows(d)
+        if not rows:
+            continue
+        run = runs[rows[0]["trial_id"]]
+        logged = {m.step: m.value for m in c.get_metric_history(run.info.run_id, "val/acc")}
+        expected = {r["training_iteration"]: r["val/acc"] for r in rows}
+        assert {k: logged.get(k) for k in expected} == pytest.approx(expected), (rows[0]["trial_id"], logged)
+
+
+def _train_worker_pids(proc: subprocess.Popen) -> list[int]:
+    """The Train workers of THIS test's sweep: descendants of its driver process (raylet -> workers)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in tree:
+        try:
+            if "RayTrainWorker" in " ".join(p.cmdline()):
+                out.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
 
 
 def _last_epoch(env: SweepsEnv) -> int:
@@ -174,7 +204,7 @@ def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
         wait_for(lambda: _last_epoch(env) >= 1 or proc.poll() is not None, 480, what="a first reported epoch")
 
         def mid_trial() -> list[int]:
-            return _train_worker_pids(env) if 2 <= _last_epoch(env) <= epochs - 4 else []
+            return _train_worker_pids(proc) if 2 <= _last_epoch(env) <= epochs - 4 else []
 
         pids = wait_for(mid_trial, 120, interval=0.1,
                         what=f"Train workers mid-trial (last epoch now {_last_epoch(env)} of {epochs})")

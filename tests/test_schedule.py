@@ -521,6 +521,17 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
     assert state is not None and state["previous_sweep_id"] == night1["sweep_id"]
     assert state["warm_start_points"] == [dict(r.params) for r in top]
 
+    # Night 3 regresses (a learning rate that cannot learn in 2 epochs; the good warm-start points fall outside
+    # the new space): `schedule run` exits 4 through the CLI and says by how much.
+    sweeps_env.run("schedule", "add", "nightly", *TINY, "search_space.lr={dist: choice, values: [0.000001]}",
+                   "schedule.regression_tolerance=0.01", "--cron", "0 2 * * *", "--systemd", "--replace",
+                   check=True, timeout=120)
+    proc = sweeps_env.run("schedule", "run", "nightly", timeout=600)
+    assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "worse than the previous run's" in proc.stderr and night2["sweep_id"] in proc.stderr
+    state = schedule.read_state("nightly")
+    assert state is not None and state["status"] == "regressed" and state["exit_code"] == 4
+
 
 @pytest.mark.slow
 def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:

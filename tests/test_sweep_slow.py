@@ -83,19 +83,39 @@ def test_asha_run_tree_in_mlflow(asha) -> None:  # noqa: ANN001
     assert len(best_child) == 1 and best_child[0].data.tags["sweeps.trial_id"] == p.tags["best_trial_id"]
 
 
+STARTUP = {"optuna": "searcher.sampler.n_startup_trials", "hyperopt": "searcher.n_initial_points"}
+
+
+def _random_suggestions(searcher: str, overrides: list[str], n: int) -> list[dict]:
+    """What the same searcher and seed suggest with no model at all (start-up forever, no results fed back)."""
+    from sweeps.execution.searchers import build_searcher, param_space
+    from sweeps.ops.prepare import prepare
+
+    spec = prepare([*overrides, f"{STARTUP[searcher]}=100"])
+    algo = build_searcher(spec, 0)
+    algo.set_search_properties(spec.sweep.metric, spec.sweep.mode, param_space(spec))
+    return [algo.suggest(f"t{i}") for i in range(n)]
+
+
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
-def test_model_based_searchers_run(searcher: str, tmp_path: Path) -> None:
+def test_model_based_searchers_use_their_model_after_the_start_up_trials(searcher: str, tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        env.run("run", f"+experiment=digits_{searcher}", "sweep.num_samples=3", "sweep.max_concurrent_trials=2",
-                "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
-                *FAST, check=True)
+        overrides = [f"+experiment=digits_{searcher}", "sweep.num_samples=4", "sweep.max_concurrent_trials=1",
+                     "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
+                     f"{STARTUP[searcher]}=2", *FAST]
+        env.run("run", *overrides, check=True)
         rec = _record(env)
-        trials = _trials(env, rec)
-        assert len(trials) == 3 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
-        assert len({t.params["lr"] for t in trials}) == 3, "the searcher suggested distinct points"
+        trials = sorted(_trials(env, rec), key=lambda t: t.trial_id)
+        assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
         state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
         assert state, f"{searcher} state is saved for resume/extend"
+        names = sorted(trials[0].params)
+        random = [{k: r[k] for k in names} for r in _random_suggestions(searcher, overrides, 4)]
+        seen = [{k: t.params[k] for k in names} for t in trials]
+        assert seen[:2] == random[:2], "the two start-up trials are the seeded random ones"
+        assert seen[2] != random[2] and seen[3] != random[3], \
+            f"{searcher} suggested the random start-up sequence after its start-up trials: no model used"
     finally:
         env.cleanup()
 
