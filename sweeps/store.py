@@ -50,7 +50,8 @@ class SweepRecord:
     slots: int | None = None
     driver_host: str | None = None  # with driver_pid and lease_expires: who runs the sweep (sweeps.lease)
     lease_expires: float | None = None
-    stop_reason: str | None = None  # "time_budget" when sweep.time_budget_s ended the sweep
+    stop_reason: str | None = None  # "time_budget" / "resource_budget" when a budget ended the sweep
+    hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

@@ -91,6 +91,12 @@ def format_outcome(outcome: object) -> str:
         f"  wall time: {rec.wall_s or 0:.1f} s"
         + (" (stopped by sweep.time_budget_s)" if rec.stop_reason == "time_budget" else ""),
     ]
+    hours = rec.hours or {}
+    if hours.get("cpu_budget") or hours.get("gpu_budget"):
+        lines.append(f"  budget   : {hours['cpu_used']:.3f} CPU-hours used" + (f" of {hours['cpu_budget']:g}" if
+                     hours.get("cpu_budget") else "") + f", {hours['gpu_used']:.3f} GPU-hours" +
+                     (f" of {hours['gpu_budget']:g}" if hours.get("gpu_budget") else "") +
+                     (" (no new trial fitted the budget)" if rec.stop_reason == "resource_budget" else ""))
     if c["failed"]:
         lines.append(f"  failed   : {c['failed']} of {c['total']} trials failed" + _first_error(s))
     if s.best is not None:

@@ -17,7 +17,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 
 SECTIONS = ("sweep", "trainable", "search_space", "searcher", "scheduler", "tracking", "cluster", "storage",
-            "checkpoint", "failure", "report", "promote", "security", "schedule")
+            "checkpoint", "failure", "report", "promote", "security", "schedule", "notify", "confirm")
 
 
 def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None) -> SweepSpec:
@@ -49,6 +49,7 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
         storage_path=runtime.storage(r, defaults.get("storage_path") or str(paths.default_storage())),
         checkpoint_num_to_keep=runtime.checkpoint(r), failure=runtime.failure(r), report=outputs.report(r),
         promote=outputs.promote(r), schedule=outputs.schedule(r), allowed_targets=allowed, raw=dict(cfg),
+        notify=outputs.notify(r), confirm=outputs.confirm(r),
     )
     r.errors += security.check_targets(cfg, allowed)
     if r.errors:

@@ -14,7 +14,8 @@ ALLOWED_TARGET_PREFIXES: tuple[str, ...] = (
     "hyperopt",
     "torch.optim",
 )
-SECRET_KEY = re.compile(r"(password|passwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential)",
+SECRET_KEY = re.compile(r"(password|passwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
+                        r"webhook)",
                         re.IGNORECASE)
 REDACTED = "***REDACTED***"
 

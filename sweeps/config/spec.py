@@ -14,6 +14,18 @@ from sweeps.config import security
 
 
 @dataclass(frozen=True)
+class BudgetCfg:
+    """Resource-hours a sweep may spend, accounted from what its trials hold (None: no limit)."""
+
+    cpu_hours: float | None = None
+    gpu_hours: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cpu_hours is not None or self.gpu_hours is not None
+
+
+@dataclass(frozen=True)
 class SweepCfg:
     name: str
     metric: str
@@ -23,6 +35,7 @@ class SweepCfg:
     time_budget_s: float | None
     seed: int
     points_to_evaluate: tuple[dict[str, Any], ...] = ()
+    budget: BudgetCfg = field(default_factory=BudgetCfg)
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,25 @@ class PromoteCfg:
     enabled: bool
     model_name: str | None
     alias: str
+    require_confirmed: bool = False  # promote only a confirmed winner, gated on its pessimistic bound
+
+
+@dataclass(frozen=True)
+class NotifyCfg:
+    """Where to POST sweep events (the URL is a secret: it is redacted wherever the config is written)."""
+
+    webhook_url: str | None = None
+    on: tuple[str, ...] = ("failed", "regressed", "promoted", "finished")
+    timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class ConfirmCfg:
+    """Re-run the top-k configurations with fresh seeds at the end of a sweep."""
+
+    enabled: bool = False
+    top_k: int = 3
+    seeds: int = 5
 
 
 @dataclass(frozen=True)
@@ -124,6 +156,8 @@ class SweepSpec:
     schedule: ScheduleCfg
     allowed_targets: tuple[str, ...]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    notify: NotifyCfg = field(default_factory=NotifyCfg)
+    confirm: ConfirmCfg = field(default_factory=ConfirmCfg)
 
     @property
     def searcher_name(self) -> str:

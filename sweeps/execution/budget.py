@@ -22,9 +22,14 @@ class Budget:
     """Tune stopper: a trial that reached its budget of training iterations is done (before a scheduler can
     pause it at its last epoch and restart a worker group for nothing), and one that overran it is stopped."""
 
-    def __init__(self, epochs: int | None) -> None:
+    def __init__(self, epochs: int | None, ledger: Any = None, rungs: tuple[int, ...] = (), every: int = 1) -> None:
         self.epochs = epochs
         self.reports: dict[str, int] = {}
+        self.ledger, self.rungs, self.every = ledger, frozenset(rungs), max(every, 1)
+
+    def at_rung(self, iteration: int) -> bool:
+        """Where a trial may end without wasting work: a scheduler rung, else a checkpointed epoch."""
+        return iteration in self.rungs if self.rungs else iteration % self.every == 0
 
     def budget(self, result: Mapping[str, Any]) -> int | None:
         config = result.get("config")
@@ -32,6 +37,10 @@ class Budget:
         return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
     def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        iteration = result.get("training_iteration")
+        if (self.ledger is not None and isinstance(iteration, int | float) and self.at_rung(int(iteration))
+                and self.ledger.spent()):
+            return True  # the resource-hour budget is spent: this trial ends at its rung
         budget = self.budget(result)
         if budget is None:
             return False
@@ -41,5 +50,4 @@ class Budget:
                         "resume from ray.train.get_checkpoint() after a PBT exploit, a retry or a resume?",
                         trial_id, reports, budget)
             return True
-        iteration = result.get("training_iteration")
         return isinstance(iteration, int | float) and iteration >= budget

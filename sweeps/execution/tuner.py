@@ -8,6 +8,7 @@ from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic
+from sweeps.execution.hours import Ledger, gated, ledger_callback
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.progress import Progress, progress_callback
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
@@ -40,6 +41,19 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     return tune.with_resources(fn, resources)
 
 
+def rungs(spec: SweepSpec) -> tuple[int, ...]:
+    """The iterations where ASHA/HyperBand decide (grace x reduction^k): where a trial ends without waste."""
+    sched = spec.scheduler
+    grace, rf, max_t = sched.get("grace_period", 1), sched.get("reduction_factor"), sched.get("max_t")
+    if not isinstance(rf, int | float) or not isinstance(max_t, int | float) or rf <= 1:
+        return ()
+    out, r = [], float(grace or 1)
+    while r <= max_t:
+        out.append(int(r))
+        r *= rf
+    return (*out, int(max_t))
+
+
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
                 num_samples: int | None = None, name: str | None = None) -> Any:
@@ -53,12 +67,19 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name or sweep_id}.log"), spec.sweep.time_budget_s)
     extra: list[Any] = [progress_callback(progress)]
+    ledger = None
+    if spec.sweep.budget.enabled:
+        ledger = Ledger(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
+                        spec.trainable.epochs)
+        extra.append(ledger_callback(ledger))
     if spec.cluster.mode != "local":
         census = Census()
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
         search_alg = make_elastic(search_alg, capacity, census)
         extra.append(census_callback(census))
+    if ledger is not None:
+        search_alg = gated(search_alg, ledger)
     tune_config = tune.TuneConfig(
         metric=spec.sweep.metric,
         mode=spec.sweep.mode,
@@ -77,7 +98,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=Budget(spec.trainable.epochs),
+        stop=Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

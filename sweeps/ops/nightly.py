@@ -105,7 +105,14 @@ def _run_locked(entry: schedule.Entry) -> tuple[int, dict[str, Any]]:
         return 1, info
     if outcome.promotion:
         info["promotion"] = outcome.promotion
-    _check_regression(entry.name, prev, rec, tolerance, info)
+    try:
+        _check_regression(entry.name, prev, rec, tolerance, info)
+    except Regressed as exc:
+        from sweeps.ops import notify
+
+        detail = {"previous_sweep_id": prev.sweep_id if prev else None}
+        notify.send(spec.notify, "regressed", notify.payload("regressed", rec, text=f"sweeps: {exc}", detail=detail))
+        raise
     log.info("schedule %s: sweep %s finished; best %s = %s", entry.name, rec.sweep_id, rec.metric,
              rec.best.get("value"))
     return 0, info

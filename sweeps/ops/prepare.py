@@ -41,5 +41,26 @@ def dry_run(spec: SweepSpec) -> str:
         *(f"  {k}: {json.dumps(v)}" for k, v in spec.space.items()),
         "plan           :",
         *(f"  {line}" for line in plan_text.splitlines()),
+        f"  resource-hours : {hours_estimate(spec)}",
     ]
     return "\n".join(lines)
+
+
+def hours_estimate(spec: SweepSpec) -> str:
+    """What the sweep will hold, from the last finished sweep of the same experiment (per trial x trials)."""
+    from sweeps import store
+
+    planned = plan.total_trials(spec)
+    prev = store.latest_for(spec.sweep.name)
+    hours, trials = (prev.hours or {}) if prev else {}, (prev.counts or {}).get("total") if prev else None
+    budget = spec.sweep.budget
+    limit = (f"; budget {budget.cpu_hours:g} CPU-h" if budget.cpu_hours else "") + \
+            (f"; budget {budget.gpu_hours:g} GPU-h" if budget.gpu_hours else "")
+    if prev is None or not trials or hours.get("cpu_used") is None:
+        return ("unknown until a sweep of this experiment has run (budgets are enforced from what the trials "
+                f"actually hold){limit}")
+    per_cpu, per_gpu = (hours.get("cpu_used") or 0.0) / trials, (hours.get("gpu_used") or 0.0) / trials
+    if planned is None:
+        return f"{per_cpu:.3f} CPU-h per trial (sweep {prev.sweep_id}); unbounded trials{limit}"
+    return (f"~{per_cpu * planned:.3f} CPU-h, {per_gpu * planned:.3f} GPU-h for {planned} trials at most "
+            f"(sweep {prev.sweep_id}: {per_cpu:.3f} CPU-h per trial; early stopping spends less){limit}")

@@ -141,15 +141,17 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
             tracker.close_open("KILLED")
             records_ = _records(spec, rec, settled=status == "finished")
+            cpus, gpus = summary.trial_resources(spec.raw)
             summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
-                                   max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots)
+                                   max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots,
+                                   cpus_per_trial=cpus, gpus_per_trial=gpus)
             budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
             if status == "finished" and summ.counts["unfinished"] and not budget_hit:
                 interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
-            reason = "time_budget" if budget_hit and status == "finished" else None
-            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason)
+            reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
+            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ))
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
@@ -157,17 +159,48 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
         out.record = store.load(rec.sweep_id)  # now with its report folder
     if spec.promote.enabled and status == "finished":
         out.promotion, out.promotion_refused = _promote(rec, spec)
+    _announce(spec, out)
     return out
 
 
+def _announce(spec: SweepSpec, out: Outcome) -> None:
+    """The sweep's events to ``notify.webhook_url``: finished or failed, and promoted (bounded, never raises)."""
+    from sweeps.ops import notify
+
+    if out.interrupted or not spec.notify.webhook_url:
+        return
+    rec = out.record
+    notify.send(spec.notify, "finished" if out.succeeded else "failed",
+                notify.payload("finished" if out.succeeded else "failed", rec))
+    if out.promotion and not out.promotion_refused and out.promotion.startswith("registered"):
+        notify.send(spec.notify, "promoted", notify.payload("promoted", rec, text=f"sweeps: {out.promotion}"))
+
+
+def _stop_reason(spec: SweepSpec, summ: summary.Summary, time_budget_hit: bool) -> str | None:
+    from sweeps.execution.plan import total_trials
+
+    if time_budget_hit:
+        return "time_budget"
+    planned = total_trials(spec)
+    if spec.sweep.budget.enabled and (planned is None or summ.counts["total"] < planned):
+        return "resource_budget"
+    return None
+
+
+def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
+    """Resource-hours used (trials x the resources they hold x wall time) and the budget, for the record."""
+    return {"cpu_used": (summ.cpu_s_total or 0.0) / 3600, "gpu_used": (summ.gpu_s_total or 0.0) / 3600,
+            "cpu_budget": spec.sweep.budget.cpu_hours, "gpu_budget": spec.sweep.budget.gpu_hours}
+
+
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
-                  mlflow_seconds: float, stop_reason: str | None) -> store.SweepRecord:
+                  mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None]) -> store.SweepRecord:
     """The index record and the parent run say how the sweep ended."""
     best = {}
     if summ.best is not None:
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
-                       stop_reason=stop_reason, lease_expires=None)
+                       stop_reason=stop_reason, lease_expires=None, hours=hours)
     try:
         finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
     except Exception as exc:

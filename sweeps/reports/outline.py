@@ -272,6 +272,13 @@ def _importance_section(summ: Summary, analysis: Analysis) -> Section:
     )
 
 
+def _budget_bullets(rec: SweepRecord) -> list[str]:
+    h = rec.hours or {}
+    return [f"resource budget: {h[f'{k}_used']:.3f} {k.upper()}-hours used of {h[f'{k}_budget']:g}"
+            + (" (the sweep stopped starting trials at the budget)" if rec.stop_reason == "resource_budget" else "")
+            for k in ("cpu", "gpu") if h.get(f"{k}_budget")]
+
+
 def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -> list[Section]:
     """The report's content, shared by the Markdown and HTML renderers."""
     analysis = analysis or Analysis()
@@ -290,6 +297,7 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
             f"{c.get('unfinished', 0)} unfinished, "
             f"{c.get('nonfinite', 0)} with NaN/inf",
             f"wall time: {_seconds(summ.wall_s)}",
+            *_budget_bullets(rec),
         ],
     )
     other = [n for n in analysis.notes if not n.startswith("importance")]

@@ -88,6 +88,9 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
     tags: dict[str, Any] = {f"count.{k}": v for k, v in rec.counts.items()}
     if rec.stop_reason:
         tags["stop_reason"] = rec.stop_reason
+    for key, value in (rec.hours or {}).items():
+        if value is not None:
+            tags[f"hours.{key}"] = f"{value:.4f}"
     metrics = [Metric("sweeps/mlflow_seconds", mlflow_seconds, now, 0)]
     if rec.wall_s is not None:
         metrics.append(Metric("sweeps/wall_s", rec.wall_s, now, 0))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from sweeps.config.naming import model_name_errors
 from sweeps.config.reader import Reader
-from sweeps.config.spec import PromoteCfg, ReportCfg, ScheduleCfg
+from sweeps.config.spec import ConfirmCfg, NotifyCfg, PromoteCfg, ReportCfg, ScheduleCfg
+
+EVENTS = ("failed", "regressed", "promoted", "finished")
 
 
 def report(r: Reader) -> ReportCfg:
@@ -18,7 +20,33 @@ def promote(r: Reader) -> PromoteCfg:
     if model_name is not None:
         r.errors += model_name_errors("promote.model_name", model_name)
     return PromoteCfg(r.get("promote", "enabled", "bool", default=False), model_name,
-                      r.get("promote", "alias", "str", default="champion"))
+                      r.get("promote", "alias", "str", default="champion"),
+                      r.get("promote", "require_confirmed", "bool", default=False))
+
+
+def notify(r: Reader) -> NotifyCfg:
+    url = r.get("notify", "webhook_url", "str", default=None)
+    if isinstance(url, str) and not url.startswith(("http://", "https://")):
+        r.errors.append("notify.webhook_url: must be an http(s):// URL (the value is not shown: it is a secret)")
+    on = r.get("notify", "on", "list", default=list(EVENTS)) or []
+    bad = [e for e in on if e not in EVENTS]
+    if bad:
+        r.errors.append(f"notify.on: unknown event(s) {', '.join(map(str, bad))}; choose from {', '.join(EVENTS)}")
+    timeout = r.get("notify", "timeout_s", "num", default=2.0)
+    if isinstance(timeout, int | float) and not 0 < timeout <= 10:
+        r.errors.append(f"notify.timeout_s: must be within (0, 10] seconds (a webhook never delays a sweep "
+                        f"for long), got {timeout}")
+    return NotifyCfg(url, tuple(str(e) for e in on), float(timeout))
+
+
+def confirm(r: Reader) -> ConfirmCfg:
+    top_k = r.get("confirm", "top_k", "int", default=3)
+    seeds = r.get("confirm", "seeds", "int", default=5)
+    if isinstance(top_k, int) and top_k < 1:
+        r.errors.append(f"confirm.top_k: must be >= 1, got {top_k}")
+    if isinstance(seeds, int) and seeds < 2:
+        r.errors.append(f"confirm.seeds: must be >= 2 (a confidence interval needs two runs), got {seeds}")
+    return ConfirmCfg(r.get("confirm", "enabled", "bool", default=False), int(top_k or 3), int(seeds or 5))
 
 
 def schedule(r: Reader) -> ScheduleCfg:

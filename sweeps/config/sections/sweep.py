@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from sweeps.config.reader import Reader, mlflow_name_errors
-from sweeps.config.spec import SweepCfg
+from sweeps.config.spec import BudgetCfg, SweepCfg
 
 MODES = ("min", "max")
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
@@ -39,4 +39,20 @@ def parse(r: Reader) -> SweepCfg:
     if isinstance(metric, str):
         r.errors += mlflow_name_errors("sweep.metric", metric)
     return SweepCfg(name, metric, mode, num_samples, max_conc, float(budget) if budget else None, seed,
-                    tuple(dict(p) for p in points or []))
+                    tuple(dict(p) for p in points or []), resource_budget(r))
+
+
+def resource_budget(r: Reader) -> BudgetCfg:
+    """``sweep.budget: {cpu_hours: 2.0, gpu_hours: 8.0}``: each a positive number or null."""
+    node = r.get("sweep", "budget", "map", default={}) or {}
+    unknown = sorted(set(node) - {"cpu_hours", "gpu_hours"})
+    if unknown:
+        r.errors.append(f"sweep.budget: unknown key(s) {', '.join(unknown)}; allowed: cpu_hours, gpu_hours")
+    hours: dict[str, float | None] = {}
+    for key in ("cpu_hours", "gpu_hours"):
+        value = node.get(key)
+        ok = value is None or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0)
+        if not ok:
+            r.errors.append(f"sweep.budget.{key}: must be a number of hours > 0 (or null), got {value!r}")
+        hours[key] = float(value) if ok and value is not None else None
+    return BudgetCfg(hours["cpu_hours"], hours["gpu_hours"])
