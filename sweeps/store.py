@@ -52,6 +52,8 @@ class SweepRecord:
     lease_expires: float | None = None
     stop_reason: str | None = None  # "time_budget" / "resource_budget" when a budget ended the sweep
     hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
+    confirm_dirs: list[str] = field(default_factory=list)  # the Tune experiments of `sweeps confirm`
+    confirmed: list[dict[str, Any]] = field(default_factory=list)  # each configuration's interval, best first
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

@@ -29,3 +29,13 @@ def best_checkpoint(trial: Any) -> tuple[str, dict[str, Any]] | None:
     if result is None or result.checkpoint is None:
         return None
     return uris.to_uri(result.checkpoint.path, result.checkpoint.filesystem), dict(result.metrics or {})
+
+
+def config_digest(params: dict[str, Any]) -> str:
+    """A short stable name for a configuration: its hyperparameters without the seed (the same config re-run
+    with other seeds shares the digest; the MLflow UI groups runs by it)."""
+    import hashlib
+    import json
+
+    key = {k: v for k, v in params.items() if k != "seed" and not str(k).startswith("_")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -55,7 +55,8 @@ def test_no_trial_succeeds_exits_1_then_retry_errored_finishes(tmp_path: Path) -
     env = SweepsEnv(tmp_path)
     try:
         proc = env.run("run", *TINY, "sweep.num_samples=2", "sweep.max_concurrent_trials=2", "failure.max_failures=0",
-                       "+trainable.params.fault=raise_once", "+trainable.params.fault_epoch=2")
+                       "failure.worker_max_failures=0", "+trainable.params.fault=raise_once",
+                       "+trainable.params.fault_epoch=2")
         assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
         out = proc.stdout
         assert "2 of 2 trials failed" in out and "injected one-off fault at epoch 2" in out, out
@@ -120,13 +121,16 @@ def test_sigterm_stops_like_ctrl_c_live_sweeps_are_refused_and_extend_survives_a
     env = SweepsEnv(tmp_path)
     try:
         proc = env.popen("run", *TINY, *WIDE, "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
-                         "trainable.params.epochs=8", "checkpoint.num_to_keep=2")
+                         "trainable.params.epochs=12", "checkpoint.num_to_keep=2")
         wait_for(lambda: _reported(env, 2), 480, interval=0.2, what="two reported epochs")
         rec = _index(env)
-        for cmd in (["sync", rec["sweep_id"]], ["resume", rec["sweep_id"]], ["extend", rec["sweep_id"],
-                                                                              "--more-trials", "1"]):
-            refused = env.run(*cmd)
-            assert refused.returncode == 2 and "still running" in refused.stderr, (cmd, refused.stderr[-1000:])
+        commands = (["sync", rec["sweep_id"]], ["resume", rec["sweep_id"]],
+                    ["extend", rec["sweep_id"], "--more-trials", "1"])
+        refusals = [env.popen(*cmd) for cmd in commands]  # at once: all three while the driver holds its lease
+        for cmd, p in zip(commands, refusals, strict=True):
+            said = p.communicate(timeout=120)[0]
+            assert p.returncode == 2 and "still running" in said, (cmd, said[-1000:])
+        assert proc.poll() is None, "the sweep ended before the refusals were checked: make it longer"
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         time.sleep(1.0)
@@ -172,7 +176,7 @@ def _windows(rec: dict) -> list[tuple[float, float]]:
 def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=40",
+        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=75",
                        "sweep.max_concurrent_trials=1", "trainable.params.epochs=2", timeout=400)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "stopped by sweep.time_budget_s" in proc.stdout
@@ -182,6 +186,7 @@ def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path:
         assert parent.info.status == "FINISHED" and parent.data.tags["stop_reason"] == "time_budget"
         windows = sorted(_windows(rec))
         assert len(windows) >= 2, "the budget allowed more than one trial"
+        assert rec["counts"]["total"] == len(windows), "trials that never started are not counted"
         overlaps = [(a, b) for a, b in zip(windows, windows[1:], strict=False) if b[0] < a[1] - 0.5]
         assert not overlaps, f"max_concurrent_trials=1 but trials overlapped: {overlaps}"
     finally:

@@ -26,6 +26,7 @@ COMMANDS = {
     "schedule": "nightly sweeps: schedule add|list|remove|run",
     "doctor": "check the environment and say how to fix what is wrong",
     "new": "scaffold a trainable: new trainable NAME [--from pkg.module:function]",
+    "confirm": "re-run a sweep's top-k configurations with fresh seeds; rank them by their 95% intervals",
 }
 
 
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "extend":
             sp.add_argument("sweep_id", metavar="SWEEP_ID")
             sp.add_argument("--more-trials", type=int, required=True, metavar="N", help="trials to add")
+            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep")
+        elif name == "confirm":
+            sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a finished sweep's id or 'latest'")
+            sp.add_argument("--top-k", type=int, default=None, metavar="K", help="configurations (confirm.top_k)")
+            sp.add_argument("--seeds", type=int, default=None, metavar="N", help="seeds each (confirm.seeds)")
             sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep")
         elif name == "sync":
             sp.add_argument("sweep_id", metavar="SWEEP_ID")
@@ -103,7 +109,7 @@ HANDLERS = {
     "sync": ("mlflow", "cli_sync"), "ui": ("mlflow", "cli_ui"),
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
-    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"),
+    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "confirm": ("run", "cli_confirm"),
 }
 
 

@@ -155,3 +155,24 @@ def cli_extend(args: argparse.Namespace) -> int:
     print(format_outcome(out))
     log.debug("extend took %.1f s", time.monotonic() - t0)
     return out.exit_code
+
+
+def cli_confirm(args: argparse.Namespace) -> int:
+    from sweeps.ops.confirm import confirm
+    from sweeps.reports.load import default_report_dir, load_sweep
+    from sweeps.reports.outline import fmt
+    from sweeps.reports.write import write_all
+
+    out = confirm(args.sweep_id, args.top_k, args.seeds, list(args.overrides or []))
+    records, summ = load_sweep(out.record)
+    folder = default_report_dir(out.record)
+    write_all(out.record, records, summ, folder)
+    print(f"\nconfirmed {len(out.intervals)} configuration(s) of {out.record.sweep_id} (95% t-intervals of "
+          f"{out.record.metric}, best pessimistic end first):")
+    for i, c in enumerate(out.intervals, 1):
+        print(f"  {i}. {c.digest}  mean {fmt(c.mean)}  std {fmt(c.std)}  CI [{fmt(c.low)}, {fmt(c.high)}]  "
+              f"n={c.n}  {c.params}")
+    if out.note:
+        print(f"  {out.note}")
+    print(f"  report   : {folder.resolve()}/report.html")
+    return 130 if out.interrupted else 0

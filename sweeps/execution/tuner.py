@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sweeps import paths, uris
@@ -41,6 +42,9 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     return tune.with_resources(fn, resources)
 
 
+USER_PENDING = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # a value the user set wins
+
+
 def rungs(spec: SweepSpec) -> tuple[int, ...]:
     """The iterations where ASHA/HyperBand decide (grace x reduction^k): where a trial ends without waste."""
     sched = spec.scheduler
@@ -64,6 +68,8 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
 
     scheduler = build_scheduler(spec)
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
+    if USER_PENDING is None:  # Tune's own default queues 200+ pending trials (a flood on unbounded sweeps)
+        os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, plan.concurrent_trials))
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name or sweep_id}.log"), spec.sweep.time_budget_s)
     extra: list[Any] = [progress_callback(progress)]

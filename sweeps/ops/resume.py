@@ -23,7 +23,7 @@ from sweeps.tracking import client as mc
 log = logging.getLogger(__name__)
 
 
-def _spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
+def spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
     spec = prepare([*rec.overrides, *extra])
     if spec.digest() != rec.digest:
         raise BadInput(
@@ -65,7 +65,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     if rec.status == "finished" and not retry_errored:
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} already finished; use `python -m sweeps extend "
                        f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
-    spec = _spec_for(rec, extra or [])
+    spec = spec_for(rec, extra or [])
     if not tune.Tuner.can_restore(exp_dir):
         raise BadInput(f"SWEEP_ID: no resumable Tune state in {exp_dir} (the driver died before Tune saved "
                        f"its first snapshot); start the sweep again")
@@ -99,7 +99,7 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
     if rec.status == "interrupted":
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} was interrupted; `python -m sweeps resume "
                        f"{rec.sweep_id}` finishes it, then extend")
-    spec = _spec_for(rec, extra or [])
+    spec = spec_for(rec, extra or [])
     generation = len(rec.experiment_dirs)
     name = f"{rec.sweep_id}-ext{generation}"
     before = rec

@@ -94,7 +94,7 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
         except BaseException as exc:
             abandon(c, rec, exc)
             raise
-        return fit_and_finish(spec, rec, tuner, tracker, c)
+        return fit_and_finish(spec, rec, tuner, tracker, c, the_plan)
 
 
 def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
@@ -111,7 +111,7 @@ def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
         log.warning("MLflow: could not close the parent run %s (%s)", rec.parent_run_id, err)
 
 
-def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
+def make_tracker(spec: SweepSpec, rec: store.SweepRecord, confirm: bool = False) -> Any:
     secrets: set[str] = set()
     security.redact(spec.raw, secrets)
     return make_callback(
@@ -119,12 +119,14 @@ def make_tracker(spec: SweepSpec, rec: store.SweepRecord) -> Any:
         sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
         fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
         log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
-        secrets=secrets,
+        secrets=secrets, confirm=confirm,
     )
 
 
-def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any) -> Outcome:
-    """Fit; whatever happens, leave every MLflow run final and the index record honest."""
+def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any,
+                   plan: Any = None) -> Outcome:
+    """Fit; whatever happens, leave every MLflow run final and the index record honest. With ``plan`` and
+    ``confirm.enabled``, re-run the top configurations with fresh seeds before the report and promotion."""
     t0 = time.monotonic()
     status, interrupted = "failed", False
     signals = Signals(on_stop=lambda: setattr(tracker, "drain_s", STOP_DRAIN_S))
@@ -153,6 +155,8 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ))
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
+    if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
+        out.record = rec = _confirm(spec, rec, plan, c)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
     if spec.report.enabled:
         out.report_paths = _report(rec, records_, summ, spec, c)
@@ -174,6 +178,16 @@ def _announce(spec: SweepSpec, out: Outcome) -> None:
                 notify.payload("finished" if out.succeeded else "failed", rec))
     if out.promotion and not out.promotion_refused and out.promotion.startswith("registered"):
         notify.send(spec.notify, "promoted", notify.payload("promoted", rec, text=f"sweeps: {out.promotion}"))
+
+
+def _confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any) -> store.SweepRecord:
+    from sweeps.ops.confirm import run_confirm
+
+    try:
+        return run_confirm(spec, rec, plan, c, spec.confirm.top_k, spec.confirm.seeds).record
+    except Exception as exc:  # a failed confirmation must not cost the sweep's own results
+        log.warning("confirm failed: %s (run it again with `python -m sweeps confirm %s`)", exc, rec.sweep_id)
+        return store.load(rec.sweep_id)
 
 
 def _stop_reason(spec: SweepSpec, summ: summary.Summary, time_budget_hit: bool) -> str | None:

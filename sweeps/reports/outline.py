@@ -35,6 +35,7 @@ class Analysis:
 
     importances: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)  # e.g. the confirmed configurations
 
 
 def fmt(x: Any) -> str:
@@ -310,5 +311,6 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
         *_problem_sections(summ),
         *_schedule_section(summ),
         _importance_section(summ, analysis),
+        *analysis.sections,
         *([Section("Notes", other)] if other else []),
     ]

@@ -145,7 +145,10 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
         if not any(n.startswith("experiment_state-") for n in uris.listdir(exp_dir)):
             continue
         for trial in ExperimentAnalysis(exp_dir).trials:
-            records.append(_record(trial, metric, epochs, settled))
+            record = _record(trial, metric, epochs, settled)
+            if settled and not record.history and record.status == "TERMINATED":
+                continue  # queued but never started before the sweep ended (a time or resource budget)
+            records.append(record)
     return records
 
 

@@ -35,14 +35,41 @@ def complete(rec: SweepRecord, records: list[Any], summ: Summary) -> Summary:
     )
 
 
+def _confirmed(rec: SweepRecord, summ: Summary) -> list[Any]:
+    """The confirmed configurations' intervals, read from the confirm runs' Ray results."""
+    if not rec.confirm_dirs:
+        return []
+    from sweeps.reports.confirmed import intervals
+    from sweeps.reports.results import load_records
+
+    return intervals(load_records(rec.confirm_dirs, summ.metric, summ.mode), summ.metric, summ.mode)
+
+
+def _confirmed_plot(rec: SweepRecord, summ: Summary, out_dir: Path) -> Path | None:
+    from sweeps.reports.confirmed import plot
+
+    try:
+        return plot(_confirmed(rec, summ), summ.metric, out_dir / "confirmed_intervals.png")
+    except Exception as exc:  # a plot failure must not cost the report
+        log.warning("confirmed plot failed: %s", exc)
+        return None
+
+
 def analyze(rec: SweepRecord, summ: Summary) -> Analysis:
-    """Hyperparameter importances (Optuna), or the reason there are none."""
+    """Hyperparameter importances (Optuna), or the reason there are none; the confirmed configurations."""
     try:
         imp, why = param_importances(summ, rec.config.get("search_space") or {})
     except Exception as exc:  # an analysis failure must not cost the report
         log.warning("importance failed: %s", exc)
         imp, why = {}, f"failed ({exc})"
-    return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [])
+    sections = []
+    if rec.confirm_dirs:
+        from sweeps.reports.confirmed import section, winner_note
+
+        found = _confirmed(rec, summ)
+        sections.append(section(found, summ.metric, summ.mode,
+                                winner_note(found, summ.best.params if summ.best else None)))
+    return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [], sections=sections)
 
 
 def write(
@@ -66,7 +93,9 @@ def write(
         plots, notes = plots_mod.write_plots(
             summ, rec.config.get("search_space") or {}, analysis.importances, out_dir
         )
-        analysis = Analysis(analysis.importances, [*analysis.notes, *notes])
+        analysis = Analysis(analysis.importances, [*analysis.notes, *notes], analysis.sections)
+        confirmed_plot = _confirmed_plot(rec, summ, out_dir)
+        plots += [confirmed_plot] if confirmed_plot else []
     if "md" in formats:
         p = out_dir / "summary.md"
         p.write_text(markdown(rec, summ, analysis))

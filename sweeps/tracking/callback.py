@@ -23,6 +23,8 @@ from sweeps.tracking.client import (
     MAX_METRICS,
     PARENT_TAG,
     SKIP_RESULT_KEYS,
+    TAG_CONFIRM,
+    TAG_DIGEST,
     TAG_DRIVER,
     TAG_KIND,
     TAG_SWEEP,
@@ -33,7 +35,7 @@ from sweeps.tracking.client import (
     log_params,
     set_tags,
 )
-from sweeps.trials import best_checkpoint, trial_location
+from sweeps.trials import best_checkpoint, config_digest, trial_location
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,8 @@ class _Tracker:
 
     def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, sweep_id: str, metric: str,
                  mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
-                 log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = ()) -> None:
+                 log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = (),
+                 confirm: bool = False) -> None:
         self.uri = uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
@@ -78,6 +81,7 @@ class _Tracker:
         self.flush_interval_s = flush_interval_s
         self.log_checkpoints = log_checkpoints
         self.epochs = epochs
+        self.confirm = confirm  # these trials re-run a configuration with a fresh seed (`sweeps confirm`)
         self.secrets = set(secrets)
         self.timer = _Timer()
         self.drain_s = 120.0  # how long the end of the sweep waits for MLflow; short once a signal came
@@ -115,11 +119,11 @@ class _Tracker:
         if tid in self.runs:
             return self.runs[tid]
         with self.timer:
-            run = self.client.create_run(
-                self.experiment_id, run_name=str(trial),
-                tags={PARENT_TAG: self.parent_run_id, TAG_SWEEP: self.sweep_id, TAG_TRIAL: tid,
-                      TAG_KIND: "trial", TAG_DRIVER: driver_id()},
-            )
+            tags = {PARENT_TAG: self.parent_run_id, TAG_SWEEP: self.sweep_id, TAG_TRIAL: tid, TAG_KIND: "trial",
+                    TAG_DRIVER: driver_id(), TAG_DIGEST: config_digest(dict(trial.config))}
+            if self.confirm:
+                tags[TAG_CONFIRM] = "true"
+            run = self.client.create_run(self.experiment_id, run_name=str(trial), tags=tags)
             self.runs[tid] = run.info.run_id
             self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
             sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}

@@ -1,0 +1,94 @@
+"""Winners you can trust, with real sweeps: `confirm` re-runs the top configurations over seeds and ranks them
+by their 95% intervals; a CPU-hour budget stops starting trials; the finished event reaches a real receiver."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import FAST, SweepsEnv, mlflow_client
+from test_notify import Receiver
+
+pytestmark = pytest.mark.slow
+
+TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", *FAST, "trainable.params.epochs=2"]
+
+
+def _index(env: SweepsEnv) -> dict:
+    (path,) = list((env.home / "sweeps").glob("*.json"))
+    return json.loads(path.read_text())
+
+
+def _best(rows: list[dict], metric: str) -> float:
+    return max(r[metric] for r in rows if metric in r and math.isfinite(r[metric]))
+
+
+def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(tmp_path: Path) -> None:
+    import numpy as np
+    from scipy import stats
+
+    env = SweepsEnv(tmp_path)
+    try:
+        env.run("run", *TINY, "sweep.max_concurrent_trials=2",
+                "search_space.lr={dist: choice, values: [0.003, 0.03, 0.1]}", "searcher=grid",
+                "search_space.hidden_size={dist: choice, values: [32]}",
+                "search_space.batch_size={dist: choice, values: [64]}", "sweep.num_samples=1", check=True)
+        proc = env.run("confirm", "latest", "--top-k", "2", "--seeds", "3", timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rec = _index(env)
+        assert len(rec["confirm_dirs"]) == 1 and len(rec["confirmed"]) == 2
+        # the intervals, recomputed independently from each confirm trial's own result.json
+        groups: dict[float, list[float]] = {}
+        for d in (d for d in Path(rec["confirm_dirs"][0]).iterdir() if d.is_dir()):
+            rows = [json.loads(x) for x in (d / "result.json").read_text().splitlines() if x.strip()]
+            groups.setdefault(rows[0]["config"]["lr"], []).append(_best(rows, "val/acc"))
+        assert sorted(len(v) for v in groups.values()) == [3, 3], "2 configurations x 3 seeds ran"
+        for row in rec["confirmed"]:
+            values = np.array(groups[row["params"]["lr"]])
+            half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+            assert row["mean"] == pytest.approx(values.mean())
+            assert (row["low"], row["high"]) == pytest.approx((values.mean() - half, values.mean() + half))
+        assert rec["confirmed"][0]["low"] >= rec["confirmed"][1]["low"], "ranked by the pessimistic end"
+        c = mlflow_client(env.tracking_uri)
+        confirm_runs = c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.confirm` = 'true'")
+        assert len(confirm_runs) == 6 and all(r.data.tags["mlflow.parentRunId"] == rec["parent_run_id"]
+                                              for r in confirm_runs)
+        assert len({r.data.tags["sweeps.config_digest"] for r in confirm_runs}) == 2
+        assert c.get_run(rec["parent_run_id"]).data.tags["confirmed_winner"] == rec["confirmed"][0]["digest"]
+        report = (env.root / "reports" / "quickstart" / rec["sweep_id"] / "summary.md").read_text()
+        assert "## Confirmed" in report and rec["confirmed"][0]["digest"] in report
+        assert (env.root / "reports" / "quickstart" / rec["sweep_id"] / "confirmed_intervals.png").is_file()
+    finally:
+        env.cleanup()
+
+
+def test_a_cpu_hour_budget_stops_starting_trials_and_the_finished_event_is_sent(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    receiver = Receiver("ok")
+    budget = 0.03  # CPU-hours: a 2-CPU trial of 2 epochs holds roughly a third to a half of it
+    try:
+        proc = env.run("run", *TINY, "sweep.num_samples=8", "sweep.max_concurrent_trials=1",
+                       f"sweep.budget.cpu_hours={budget}", f"notify.webhook_url={receiver.url}", timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rec = _index(env)
+        assert rec["stop_reason"] == "resource_budget" and 1 <= rec["counts"]["total"] < 8, rec["counts"]
+        per_trial = []
+        for d in (d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()):
+            rows = [json.loads(x) for x in (d / "result.json").read_text().splitlines() if x.strip()]
+            per_trial.append(rows[-1]["time_total_s"] * 2 / 3600)  # driver + 1 worker
+        used = rec["hours"]["cpu_used"]
+        assert used == pytest.approx(sum(per_trial), rel=1e-6)
+        assert used <= budget + max(per_trial), f"{used:.4f} CPU-h used for a budget of {budget}"
+        assert "CPU-hours used of 0.03" in (env.root / "reports" / "quickstart" / rec["sweep_id"]
+                                            / "summary.md").read_text()
+        parent = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
+        assert float(parent["hours.cpu_used"]) == pytest.approx(used, abs=1e-4)
+        events = [b for _, b in receiver.bodies]
+        assert [e["event"] for e in events] == ["finished"] and events[0]["sweep_id"] == rec["sweep_id"]
+        assert receiver.url not in json.dumps(rec) and receiver.url not in proc.stdout + proc.stderr, \
+            "the webhook URL is a secret"
+    finally:
+        receiver.server.shutdown()
+        env.cleanup()
