@@ -54,6 +54,7 @@ class SweepRecord:
     hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
     confirm_dirs: list[str] = field(default_factory=list)  # the Tune experiments of `sweeps confirm`
     confirmed: list[dict[str, Any]] = field(default_factory=list)  # each configuration's interval, best first
+    pareto: list[dict[str, Any]] = field(default_factory=list)  # multi-objective: every trial's point and rank
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

@@ -197,6 +197,25 @@ def _offset_factor(step: int, offset: int, warmup: int, total: int) -> float:
 
 
 # -- the loop -----------------------------------------------------------------------------------------------
+def _eval_latency_ms(model: Any, loader: Any) -> float:
+    """Inference latency of one validation batch (rank 0 reports it), or NaN when there is none."""
+    import torch
+
+    if model is None or loader is None:
+        return float("nan")
+    try:
+        batch = next(iter(loader))
+    except (StopIteration, TypeError):
+        return float("nan")
+    ids = batch["input_ids"] if isinstance(batch, dict) else batch[0]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        ms = common.latency_ms(lambda: model(input_ids=ids.to(next(model.parameters()).device)))
+    model.train(was_training)
+    return ms
+
+
 def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, step_offset: int, optimizer: Any,
                      peak_lr: float, accum: int, world: int, restored: dict[str, Any]) -> Any:
     import ray.train
@@ -243,6 +262,8 @@ def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, ste
                 "train/global_step": step_offset + state.global_step,  # optimizer steps since epoch 1
                 "sys/world_size": world,
                 "sys/torch_threads": torch.get_num_threads(),
+                "model/params": common.parameter_count(model) if model is not None else float("nan"),
+                "model/latency_ms": _eval_latency_ms(model, kw.get("eval_dataloader")),
                 **self.watch.metrics(),
                 **self.restored,
             }

@@ -223,3 +223,19 @@ def check_knobs(config: dict[str, Any]) -> None:
     errors = knob_errors(config)
     if errors:
         raise ValueError("; ".join(errors))
+
+
+def parameter_count(model: Any) -> int:
+    """Trainable parameters of the model (the bare module inside a DDP wrapper): a cost objective."""
+    raw = model.module if hasattr(model, "module") else model
+    return int(sum(p.numel() for p in raw.parameters() if p.requires_grad))
+
+
+def latency_ms(forward: Callable[[], Any], repeats: int = 3) -> float:
+    """Median wall time of ``forward()`` (one inference over the validation batch), in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        forward()
+        times.append((time.perf_counter() - t) * 1000)
+    return sorted(times)[len(times) // 2]

@@ -121,6 +121,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
 
         model.eval()
         with torch.no_grad():
+            latency_ms = common.latency_ms(lambda: model(x_va))
             out = model(x_va)
             sums = torch.tensor(
                 [float(loss_fn(out, y_va)) * len(y_va), task.score(out, y_va), len(y_va), total, count],
@@ -149,6 +150,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             task.name: score,
             "epoch": epoch,
             "opt/lr": optimizer.param_groups[0]["lr"],
+            "model/params": common.parameter_count(model),
+            "model/latency_ms": latency_ms,
             **watch.metrics(),
             **restored,
             "node_id": node_id,  # where rank 0 ran (multi-node placement shows in the results)

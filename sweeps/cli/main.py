@@ -26,7 +26,7 @@ COMMANDS = {
     "schedule": "nightly sweeps: schedule add|list|remove|run",
     "doctor": "check the environment and say how to fix what is wrong",
     "new": "scaffold a trainable: new trainable NAME [--from pkg.module:function]",
-    "confirm": "re-run a sweep's top-k configurations with fresh seeds; rank them by their 95% intervals",
+    "confirm": "re-run the top-k configurations with fresh seeds; rank them by 95 percent intervals",
 }
 
 

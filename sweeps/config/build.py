@@ -12,7 +12,7 @@ from typing import Any
 from sweeps import paths
 from sweeps.config import security
 from sweeps.config.reader import Reader
-from sweeps.config.sections import outputs, runtime, scheduler, search, sweep, trainable
+from sweeps.config.sections import objectives, outputs, runtime, scheduler, search, sweep, trainable
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 
@@ -42,13 +42,15 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     sched = search.parse_target(r, "scheduler")
     r.errors += search.searcher_errors(searcher, space_cfg)
     r.errors += scheduler.scheduler_errors(sched, trainable_cfg, space_cfg)
+    promote_cfg = outputs.promote(r)
+    r.errors += objectives.cross_errors(sweep_cfg, trainable_cfg, searcher, promote_cfg.rule)
     spec = SweepSpec(
         sweep=sweep_cfg, trainable=trainable_cfg, space=space_cfg, searcher=searcher, scheduler=sched,
         tracking=runtime.tracking(r, defaults.get("tracking_uri") or paths.default_tracking_uri(), sweep_cfg.name),
         cluster=runtime.cluster(r),
         storage_path=runtime.storage(r, defaults.get("storage_path") or str(paths.default_storage())),
         checkpoint_num_to_keep=runtime.checkpoint(r), failure=runtime.failure(r), report=outputs.report(r),
-        promote=outputs.promote(r), schedule=outputs.schedule(r), allowed_targets=allowed, raw=dict(cfg),
+        promote=promote_cfg, schedule=outputs.schedule(r), allowed_targets=allowed, raw=dict(cfg),
         notify=outputs.notify(r), confirm=outputs.confirm(r),
     )
     r.errors += security.check_targets(cfg, allowed)

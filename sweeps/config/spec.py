@@ -14,6 +14,24 @@ from sweeps.config import security
 
 
 @dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str  # min | max
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """An outcome constraint such as ``model/latency_ms <= 2.0``."""
+
+    metric: str
+    op: str  # <= < >= >
+    bound: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+
+@dataclass(frozen=True)
 class BudgetCfg:
     """Resource-hours a sweep may spend, accounted from what its trials hold (None: no limit)."""
 
@@ -36,6 +54,12 @@ class SweepCfg:
     seed: int
     points_to_evaluate: tuple[dict[str, Any], ...] = ()
     budget: BudgetCfg = field(default_factory=BudgetCfg)
+    objectives: tuple[Objective, ...] = ()  # multi-objective: the primary (metric, mode) first; () = single
+    constraints: tuple[Constraint, ...] = ()
+
+    @property
+    def multi(self) -> bool:
+        return len(self.objectives) > 1
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,7 @@ class PromoteCfg:
     model_name: str | None
     alias: str
     require_confirmed: bool = False  # promote only a confirmed winner, gated on its pessimistic bound
+    rule: str = "best_primary"  # multi-objective: which front trial (best_primary | cheapest_within:PCT)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config import space
+from sweeps.config.sections.objectives import constrained_sampler
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import import_dotted
+from sweeps.execution.objectives import record_constraints
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +44,20 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
     """The search algorithm, with warm-start points to evaluate first."""
     points = list(points if points is not None else spec.sweep.points_to_evaluate)
     kwargs: dict[str, Any] = {}
+    node = dict(spec.searcher)
     if is_basic(spec):
         # An instance ignores TuneConfig.max_concurrent_trials (docs/ray.md): give it its own limit.
         kwargs.update(random_state=spec.sweep.seed, max_concurrent=concurrency)
+    elif spec.sweep.multi:  # OptunaSearch over every objective (validated before launch)
+        kwargs.update(metric=[o.metric for o in spec.sweep.objectives], mode=[o.mode for o in spec.sweep.objectives])
     else:
         kwargs.update(metric=spec.sweep.metric, mode=spec.sweep.mode)
     if points:
         kwargs["points_to_evaluate"] = points
-    return instantiate(spec.searcher, **kwargs)
+    searcher = instantiate(node, **kwargs)
+    if spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node):
+        return record_constraints(searcher, spec.sweep.constraints)
+    return searcher
 
 
 def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
@@ -97,8 +105,9 @@ def is_restored(searcher: Any) -> bool:
 
 
 def build_scheduler(spec: SweepSpec) -> Any:
+    """Ray's scheduler; with several objectives it stops trials on the primary one (Tune then has none)."""
     node = dict(spec.scheduler)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"metric": spec.sweep.metric, "mode": spec.sweep.mode} if spec.sweep.multi else {}
     if "hyperparam_mutations" in node:
         kwargs["hyperparam_mutations"] = space.to_tune(node.pop("hyperparam_mutations") or {})
     return instantiate(node, **kwargs)

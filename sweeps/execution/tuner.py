@@ -86,9 +86,10 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         extra.append(census_callback(census))
     if ledger is not None:
         search_alg = gated(search_alg, ledger)
+    multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
     tune_config = tune.TuneConfig(
-        metric=spec.sweep.metric,
-        mode=spec.sweep.mode,
+        metric=None if multi else spec.sweep.metric,
+        mode=None if multi else spec.sweep.mode,
         search_alg=search_alg,
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,

@@ -63,9 +63,9 @@ def confirm_spec(spec: SweepSpec, points: list[dict[str, Any]]) -> SweepSpec:
 def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_k: int, seeds: int) -> Confirmed:
     """Run the re-runs (Ray must be up) and record their intervals."""
     from sweeps.execution.tuner import build_tuner
-    from sweeps.ops.run import make_tracker
     from sweeps.reports.confirmed import intervals, winner_note
     from sweeps.reports.results import load_records
+    from sweeps.tracking.parent import make_tracker
 
     configs = top_configs(rec, top_k)
     if not configs:
@@ -97,7 +97,7 @@ def confirm(sweep_id: str, top_k: int | None = None, seeds: int | None = None,
             extra: list[str] | None = None) -> Confirmed:
     """Re-run a finished sweep's top configurations with fresh seeds."""
     from sweeps.ops.launch import launched
-    from sweeps.ops.resume import spec_for
+    from sweeps.ops.prepare import spec_for
 
     rec = store.load(sweep_id)
     refuse_if_live(rec, "confirm")

@@ -132,8 +132,33 @@ def _compare(prev: Any, rec: Any, spec: Any) -> str | None:
         return None
 
 
+def _front_regressed(prev: Any, rec: Any) -> str | None:
+    """Multi-objective: the new front is dominated by the previous run's champion (its best primary point)."""
+    from sweeps.reports.pareto import dominates, objectives_of
+
+    objs, _ = objectives_of(rec.config)
+    old = [p for p in prev.pareto if p["rank"] == 1 and p["feasible"]]
+    new = [p for p in rec.pareto if p["rank"] == 1 and p["feasible"]]
+    if not objs or not old:
+        return None
+    sign = 1.0 if objs[0].mode == "max" else -1.0
+    champion = max(old, key=lambda p: sign * p["values"][0])
+    modes = [o.mode for o in objs]
+    if new and not all(dominates(champion["values"], p["values"], modes) for p in new):
+        return None
+    return (f"the new front ({len(new)} trial(s)) is dominated by the previous run's champion "
+            f"{champion['trial_id']} {dict(zip([o.metric for o in objs], champion['values'], strict=True))}")
+
+
 def _check_regression(name: str, prev: Any, rec: Any, tolerance: float | None, info: dict[str, Any]) -> None:
     if prev is None or prev.metric != rec.metric or prev.mode != rec.mode:
+        return
+    if getattr(rec, "pareto", None) and getattr(prev, "pareto", None):
+        why = _front_regressed(prev, rec)
+        if why:
+            exc = Regressed(f"schedule {name}: {why} ({prev.sweep_id})")
+            exc.state = {**info, "status": "regressed"}  # type: ignore[attr-defined]
+            raise exc
         return
     worse = regression((prev.best or {}).get("value"), (rec.best or {}).get("value"), rec.mode, tolerance)
     if worse is None or worse <= (tolerance or 0.0):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from sweeps import store
 from sweeps.config import compose
 from sweeps.config.build import build_spec
 from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
+from sweeps.errors import BadInput
 from sweeps.execution import plan
 
 
@@ -64,3 +66,21 @@ def hours_estimate(spec: SweepSpec) -> str:
         return f"{per_cpu:.3f} CPU-h per trial (sweep {prev.sweep_id}); unbounded trials{limit}"
     return (f"~{per_cpu * planned:.3f} CPU-h, {per_gpu * planned:.3f} GPU-h for {planned} trials at most "
             f"(sweep {prev.sweep_id}: {per_cpu:.3f} CPU-h per trial; early stopping spends less){limit}")
+
+
+def spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
+    spec = prepare([*rec.overrides, *extra])
+    if spec.digest() != rec.digest:
+        raise BadInput(
+            f"config: the sweep {rec.sweep_id} was started with a different search space, metric, mode, "
+            f"scheduler, searcher or trainable (digest {rec.digest} != {spec.digest()}); resuming would mix "
+            f"two sweeps. Undo the change, or start a new sweep with `python -m sweeps run ...`")
+    if spec.storage_path != rec.storage_path:
+        spec = _with_storage(spec, rec.storage_path)
+    return spec
+
+
+def _with_storage(spec: SweepSpec, path: str) -> SweepSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, storage_path=path)

@@ -11,34 +11,15 @@ import logging
 from typing import Any
 
 from sweeps import store, uris
-from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.lease import driver_id
 from sweeps.ops import run as runner
 from sweeps.ops.heartbeat import claim, refuse_if_live
 from sweeps.ops.launch import launched
-from sweeps.ops.prepare import prepare
+from sweeps.ops.prepare import spec_for
 from sweeps.tracking import client as mc
 
 log = logging.getLogger(__name__)
-
-
-def spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
-    spec = prepare([*rec.overrides, *extra])
-    if spec.digest() != rec.digest:
-        raise BadInput(
-            f"config: the sweep {rec.sweep_id} was started with a different search space, metric, mode, "
-            f"scheduler, searcher or trainable (digest {rec.digest} != {spec.digest()}); resuming would mix "
-            f"two sweeps. Undo the change, or start a new sweep with `python -m sweeps run ...`")
-    if spec.storage_path != rec.storage_path:
-        spec = _with_storage(spec, rec.storage_path)
-    return spec
-
-
-def _with_storage(spec: SweepSpec, path: str) -> SweepSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, storage_path=path)
 
 
 def _reopen_parent(c: Any, rec: store.SweepRecord) -> None:

@@ -22,8 +22,7 @@ from sweeps.ops.heartbeat import Heartbeat
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
 from sweeps.reports import summary
-from sweeps.tracking.callback import make_callback
-from sweeps.tracking.parent import finish_parent, open_parent
+from sweeps.tracking.parent import finish_parent, make_tracker, open_parent
 
 log = logging.getLogger(__name__)
 MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
@@ -111,18 +110,6 @@ def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
         log.warning("MLflow: could not close the parent run %s (%s)", rec.parent_run_id, err)
 
 
-def make_tracker(spec: SweepSpec, rec: store.SweepRecord, confirm: bool = False) -> Any:
-    secrets: set[str] = set()
-    security.redact(spec.raw, secrets)
-    return make_callback(
-        uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
-        sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
-        fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
-        log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
-        secrets=secrets, confirm=confirm,
-    )
-
-
 def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any,
                    plan: Any = None) -> Outcome:
     """Fit; whatever happens, leave every MLflow run final and the index record honest. With ``plan`` and
@@ -153,7 +140,8 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
-            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ))
+            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ),
+                                _front(spec, records_))
     out = Outcome(record=rec, summary=summ, interrupted=interrupted)
     if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
         out.record = rec = _confirm(spec, rec, plan, c)
@@ -201,6 +189,15 @@ def _stop_reason(spec: SweepSpec, summ: summary.Summary, time_budget_hit: bool) 
     return None
 
 
+def _front(spec: SweepSpec, records_: list[Any]) -> list[dict[str, Any]]:
+    """Multi-objective: every trial's point and Pareto rank (feasible first), for the record and the tags."""
+    if not spec.sweep.multi:
+        return []
+    from sweeps.reports.pareto import points, to_dicts
+
+    return to_dicts(points(records_, spec.sweep.objectives, spec.sweep.constraints))
+
+
 def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
     """Resource-hours used (trials x the resources they hold x wall time) and the budget, for the record."""
     return {"cpu_used": (summ.cpu_s_total or 0.0) / 3600, "gpu_used": (summ.gpu_s_total or 0.0) / 3600,
@@ -208,13 +205,14 @@ def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
-                  mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None]) -> store.SweepRecord:
+                  mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
+                  pareto: list[dict[str, Any]]) -> store.SweepRecord:
     """The index record and the parent run say how the sweep ended."""
     best = {}
     if summ.best is not None:
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
-                       stop_reason=stop_reason, lease_expires=None, hours=hours)
+                       stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto)
     try:
         finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
     except Exception as exc:

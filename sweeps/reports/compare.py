@@ -161,7 +161,21 @@ def comparison_sections(
             [] if changed else ["none"],
             [Table(["key", "A", "B"], changed)] if changed else [],
         ),
+        *_fronts(a, b),
     ]
+
+
+def _fronts(a: SweepRecord, b: SweepRecord) -> list[Section]:
+    """Multi-objective sweeps: each one's Pareto front, side by side."""
+    from sweeps.reports.pareto import objectives_of
+
+    objs, _ = objectives_of(b.config)
+    if not objs or not (a.pareto or b.pareto):
+        return []
+    rows = [[label, p["trial_id"], *(fmt(v) for v in p["values"])]
+            for label, rec in (("A", a), ("B", b)) for p in rec.pareto if p["rank"] == 1 and p["feasible"]]
+    return [Section("Pareto fronts", [f"objectives: {', '.join(f'{o.metric} ({o.mode})' for o in objs)}"],
+                    [Table(["sweep", "trial", *(o.metric for o in objs)], rows)])]
 
 
 def _space_text(spec: Any) -> str:

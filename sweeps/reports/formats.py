@@ -68,12 +68,18 @@ def trials_frame(summ: Summary) -> Any:
     return pd.DataFrame(trial_dicts(summ))
 
 
-def csv_text(summ: Summary) -> str:
-    """trials.csv's content (the csv module: no pandas needed); NaN/inf are written as ``NaN``/``inf``."""
+def csv_text(summ: Summary, extra: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """trials.csv's content (the csv module: no pandas needed); NaN/inf are written as ``NaN``/``inf``.
+
+    ``extra``: more columns per trial id (a multi-objective sweep's Pareto point, rank and feasibility).
+    """
     import csv
     import io
 
     rows = trial_dicts(summ)
+    if extra:
+        names = list(dict.fromkeys(k for cols in extra.values() for k in cols))
+        rows = [{**row, **{k: _csv_cell(extra.get(row["trial_id"], {}).get(k, "")) for k in names}} for row in rows]
     buf = io.StringIO()
     header = (
         list(rows[0])

@@ -35,6 +35,30 @@ def complete(rec: SweepRecord, records: list[Any], summ: Summary) -> Summary:
     )
 
 
+def _pareto(rec: SweepRecord, records: list[Any]) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...]]:
+    from sweeps.reports.pareto import objectives_of, points
+
+    objs, cons = objectives_of(rec.config)
+    return (points(records, objs, cons) if objs else []), objs, cons
+
+
+def _pareto_columns(rec: SweepRecord, records: list[Any]) -> dict[str, dict[str, Any]]:
+    pts, objs, _ = _pareto(rec, records)
+    return {p.trial_id: {**{f"point/{o.metric}": v for o, v in zip(objs, p.values, strict=True)},
+                         "pareto_rank": p.rank, "feasible": p.feasible, "on_front": p.on_front} for p in pts}
+
+
+def _pareto_plot(rec: SweepRecord, records: list[Any], out_dir: Path) -> Path | None:
+    from sweeps.reports.pareto_view import plot
+
+    pts, objs, _ = _pareto(rec, records)
+    try:
+        return plot(pts, objs, out_dir / "pareto_front.png") if objs else None
+    except Exception as exc:  # a plot failure must not cost the report
+        log.warning("Pareto plot failed: %s", exc)
+        return None
+
+
 def _confirmed(rec: SweepRecord, summ: Summary) -> list[Any]:
     """The confirmed configurations' intervals, read from the confirm runs' Ray results."""
     if not rec.confirm_dirs:
@@ -55,7 +79,7 @@ def _confirmed_plot(rec: SweepRecord, summ: Summary, out_dir: Path) -> Path | No
         return None
 
 
-def analyze(rec: SweepRecord, summ: Summary) -> Analysis:
+def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -> Analysis:
     """Hyperparameter importances (Optuna), or the reason there are none; the confirmed configurations."""
     try:
         imp, why = param_importances(summ, rec.config.get("search_space") or {})
@@ -63,6 +87,11 @@ def analyze(rec: SweepRecord, summ: Summary) -> Analysis:
         log.warning("importance failed: %s", exc)
         imp, why = {}, f"failed ({exc})"
     sections = []
+    pts, objs, cons = _pareto(rec, records or [])
+    if objs:
+        from sweeps.reports import pareto_view
+
+        sections.append(pareto_view.section(pts, objs, cons))
     if rec.confirm_dirs:
         from sweeps.reports.confirmed import section, winner_note
 
@@ -81,11 +110,11 @@ def write(
     written: list[Path] = []
     if "csv" in formats:
         p = out_dir / "trials.csv"
-        p.write_text(csv_text(summ))
+        p.write_text(csv_text(summ, _pareto_columns(rec, records)))
         written.append(p)
     if "md" not in formats and "html" not in formats:
         return written
-    analysis = analyze(rec, summ)
+    analysis = analyze(rec, summ, records)
     plots: list[Path] = []
     if "html" in formats:
         from sweeps.reports import plots as plots_mod
@@ -96,6 +125,8 @@ def write(
         analysis = Analysis(analysis.importances, [*analysis.notes, *notes], analysis.sections)
         confirmed_plot = _confirmed_plot(rec, summ, out_dir)
         plots += [confirmed_plot] if confirmed_plot else []
+        front_plot = _pareto_plot(rec, records, out_dir)
+        plots += [front_plot] if front_plot else []
     if "md" in formats:
         p = out_dir / "summary.md"
         p.write_text(markdown(rec, summ, analysis))

@@ -16,6 +16,7 @@ from sweeps.store import SweepRecord
 from sweeps.tracking import client as mc
 
 TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
+TAG_PARETO = "sweeps.pareto"  # multi-objective: on the trial runs of the (feasible) Pareto front
 
 
 def _git() -> dict[str, str]:
@@ -106,9 +107,25 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
             tags["best_run_id"] = best_run[0].info.run_id
             tags["best_checkpoint"] = best_run[0].data.tags.get("best_checkpoint", "")
             mark_best(c, rec, best_run[0].info.run_id)
+    if rec.pareto:
+        tag_front(c, rec)
     mc.set_tags(c, rec.parent_run_id, tags)
     c.log_batch(rec.parent_run_id, metrics=metrics)
     c.set_terminated(rec.parent_run_id, status=status)
+
+
+def tag_front(c: Any, rec: SweepRecord) -> None:
+    """Multi-objective: ``sweeps.pareto=true`` and ``sweeps.pareto_rank`` on the trial runs, so the MLflow UI
+    can filter the front (``tags.`sweeps.pareto` = 'true'``)."""
+    runs = mc.find_runs(c, [rec.mlflow_experiment_id], f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
+    by_trial = {r.data.tags.get(mc.TAG_TRIAL): r.info.run_id for r in runs}
+    for p in rec.pareto:
+        run_id = by_trial.get(p["trial_id"])
+        if run_id is None:
+            continue
+        on_front = p["rank"] == 1 and p["feasible"]
+        mc.set_tags(c, run_id, {TAG_PARETO: str(on_front).lower(), "sweeps.pareto_rank": p["rank"],
+                                "sweeps.feasible": str(p["feasible"]).lower()})
 
 
 def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
@@ -119,3 +136,19 @@ def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
         if run.info.run_id != run_id:
             c.delete_tag(run.info.run_id, TAG_BEST)
     c.set_tag(run_id, TAG_BEST, "true")
+
+
+def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> Any:
+    """The Tune callback that writes this sweep's trial runs under its parent run."""
+    from sweeps.config import security
+    from sweeps.tracking.callback import make_callback
+
+    secrets: set[str] = set()
+    security.redact(spec.raw, secrets)
+    return make_callback(
+        uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
+        sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
+        fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
+        log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
+        secrets=secrets, confirm=confirm,
+    )

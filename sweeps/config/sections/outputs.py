@@ -21,7 +21,8 @@ def promote(r: Reader) -> PromoteCfg:
         r.errors += model_name_errors("promote.model_name", model_name)
     return PromoteCfg(r.get("promote", "enabled", "bool", default=False), model_name,
                       r.get("promote", "alias", "str", default="champion"),
-                      r.get("promote", "require_confirmed", "bool", default=False))
+                      r.get("promote", "require_confirmed", "bool", default=False),
+                      r.get("promote", "rule", "str", default="best_primary"))
 
 
 def notify(r: Reader) -> NotifyCfg:

@@ -37,7 +37,7 @@ def searcher_errors(searcher: Mapping[str, Any], space_cfg: Mapping[str, Any]) -
         if continuous:
             errors.append(f"searcher=grid: parameters {', '.join(continuous)} are continuous; give them "
                           f"dist: grid or choice values, or use searcher=random|optuna|hyperopt")
-    if searcher.get("name") in ("optuna", "hyperopt") and space.has_grid(space_cfg):
+    if not str(searcher.get("_target_", "")).endswith("BasicVariantGenerator") and space.has_grid(space_cfg):
         errors.append(f"search_space: dist=grid is only for searcher=random|grid, not "
                       f"searcher={searcher.get('name')}; use dist=choice")
     return errors

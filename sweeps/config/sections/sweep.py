@@ -38,8 +38,11 @@ def parse(r: Reader) -> SweepCfg:
         r.errors.append(f"sweep.name: {name!r} may only hold letters, digits, _ . - (it names folders)")
     if isinstance(metric, str):
         r.errors += mlflow_name_errors("sweep.metric", metric)
+    from sweeps.config.sections import objectives as mo
+
     return SweepCfg(name, metric, mode, num_samples, max_conc, float(budget) if budget else None, seed,
-                    tuple(dict(p) for p in points or []), resource_budget(r))
+                    tuple(dict(p) for p in points or []), resource_budget(r), mo.objectives(r, metric, mode),
+                    mo.constraints(r))
 
 
 def resource_budget(r: Reader) -> BudgetCfg:

@@ -1,0 +1,60 @@
+"""A real multi-objective sweep on digits: accuracy against parameter count under NSGA-II with ASHA stopping on
+accuracy, and a size constraint that excludes part of the space."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from conftest import FAST, SweepsEnv, mlflow_client
+
+pytestmark = pytest.mark.slow
+
+
+def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=8", "trainable.params.epochs=3",
+                       "scheduler.grace_period=1", "search_space.hidden_size={dist: choice, values: [8, 16, 32, 64, 96]}",
+                       "search_space.num_layers={dist: choice, values: [1, 2]}",
+                       "search_space.lr={dist: choice, values: [0.03]}", "sweep.constraints={model/params: '<= 5000'}",
+                       *FAST, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        (path,) = list((env.home / "sweeps").glob("*.json"))
+        rec = json.loads(path.read_text())
+        rows = list(csv.DictReader((env.root / "reports" / "digits_pareto" / rec["sweep_id"] / "trials.csv").open()))
+        # the front, computed here from trials.csv alone: feasible points no other feasible point dominates
+        pts = {r["trial_id"]: (float(r["point/val/acc"]), float(r["point/model/params"])) for r in rows
+               if r["point/val/acc"]}
+        feasible = {t for t, (_, p) in pts.items() if p <= 5000}
+
+        def dominated(t: str) -> bool:
+            a, p = pts[t]
+            return any(b >= a and q <= p and (b > a or q < p) for u, (b, q) in pts.items() if u in feasible and u != t)
+
+        expected = {t for t in feasible if not dominated(t)}
+        reported = {r["trial_id"] for r in rows if r["on_front"] == "True"}
+        assert reported == expected and len(expected) >= 3, (reported, expected, pts)
+        assert all(r["feasible"] == str(pts[r["trial_id"]][1] <= 5000) for r in rows if r["trial_id"] in pts), \
+            "no infeasible trial is shown as feasible"
+        c = mlflow_client(env.tracking_uri)
+        tagged = c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.pareto` = 'true'")
+        assert {r.data.tags["sweeps.trial_id"] for r in tagged} == expected
+        report = (env.root / "reports" / "digits_pareto" / rec["sweep_id"] / "summary.md").read_text()
+        assert "## Pareto front" in report and "model/params <= 5000" in report
+        assert (env.root / "reports" / "digits_pareto" / rec["sweep_id"] / "pareto_front.png").is_file()
+        # NSGA-II really ran through OptunaSearch: its study holds two objectives and the constraint values
+        (state,) = Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl")
+        with state.open("rb") as f:
+            saved = pickle.load(f)
+        study = saved["_ot_study"] if isinstance(saved, dict) else saved._ot_study
+        assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+        done = [t for t in study.trials if t.values is not None]
+        assert len(done) >= 4 and all(len(t.values) == 2 for t in done)
+        assert any(k.startswith("constraints") for t in done for k in t.system_attrs), "constraints reached Optuna"
+        assert type(study.sampler).__name__ == "NSGAIISampler"
+    finally:
+        env.cleanup()
