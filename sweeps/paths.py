@@ -36,3 +36,16 @@ def default_storage() -> str:
 
 def index_dir() -> Path:
     return home() / "sweeps"
+
+
+
+def outside_home(path: Path) -> str | None:
+    """Why ``path`` may not be read as state (a symlink, or a real path outside :func:`home`), else None.
+
+    Index records and schedule entries are read by name; a link planted there must not lead out.
+    """
+    real = path.resolve()
+    if path.is_symlink() or not real.is_relative_to(home()):
+        return (f"{path} is a link to {real}; refusing to follow it (state is read only from real files "
+                f"inside SWEEPS_HOME, {home()}); replace it with the real file")
+    return None

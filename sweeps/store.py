@@ -105,8 +105,8 @@ def all_records() -> list[SweepRecord]:
         return []
     out = []
     for p in folder.glob("*.json"):
-        if p.name.startswith("."):
-            continue
+        if p.name.startswith(".") or paths.outside_home(p):
+            continue  # a planted link is not a sweep (load() names it)
         try:
             out.append(SweepRecord(**json.loads(p.read_text())))
         except (ValueError, TypeError):
@@ -131,6 +131,8 @@ def load(sweep_id: str) -> SweepRecord:
         known = ", ".join(r.sweep_id for r in all_records()[-5:]) or "(none)"
         raise BadInput(f"SWEEP_ID: no sweep {sweep_id!r} under {paths.index_dir()}; recent: {known} "
                        f"(see `python -m sweeps list`)")
+    if paths.outside_home(p):
+        raise BadInput(f"SWEEP_ID: {paths.outside_home(p)}")
     try:
         return SweepRecord(**json.loads(p.read_text()))
     except (ValueError, TypeError) as exc:

@@ -12,6 +12,7 @@ from sweeps.config import security
     ("target", "allowed"),
     [
         ("ray.tune.schedulers.ASHAScheduler", True),
+        ("ray.tune.search.optuna.OptunaSearch", True),
         ("optuna.samplers.TPESampler", True),
         ("torch.optim.AdamW", True),
         ("trainables.digits.train_loop", True),
@@ -29,9 +30,12 @@ def test_target_allowlist(target: str, allowed: bool) -> None:
         assert "scheduler._target_" in errors[0] and "security.allowed_targets" in errors[0]
 
 
-def test_allowlist_extends_by_config() -> None:
-    cfg = {"searcher": {"_target_": "mypkg.search.Custom", "inner": {"_target_": "os.system"}}}
-    errors = security.check_targets(cfg, extra=["mypkg"])
+def test_allowlist_extends_by_config(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    (tmp_path / "mypkg_ext").mkdir()
+    (tmp_path / "mypkg_ext" / "__init__.py").write_text("class Custom:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = {"searcher": {"_target_": "mypkg_ext.Custom", "inner": {"_target_": "os.system"}}}
+    errors = security.check_targets(cfg, extra=["mypkg_ext"])
     assert len(errors) == 1 and "searcher.inner._target_" in errors[0]
 
 

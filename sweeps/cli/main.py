@@ -86,8 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("name", nargs="?", default=None)
             sp.add_argument("--tracking-uri", default=None)
         elif name == "ui":
-            sp.add_argument("--host", default="127.0.0.1")
+            sp.add_argument("--host", default="127.0.0.1",
+                            help="interface to listen on (default 127.0.0.1); any other needs --auth or --insecure")
             sp.add_argument("--port", type=int, default=5000)
+            sp.add_argument("--auth", action="store_true",
+                            help="MLflow's basic-auth app: a user and password on every request")
+            sp.add_argument("--insecure", action="store_true",
+                            help="allow a non-loopback --host without authentication")
             sp.add_argument("--tracking-uri", default=None)
         elif name == "doctor":
             sp.add_argument("--tracking-uri", default=None)
@@ -154,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, rest = parser.parse_args(argv), []
         return dispatch(args, rest)
     except SweepsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from sweeps.config.redaction import scrub
+
+        print(f"error: {scrub(str(exc))}", file=sys.stderr)  # no secret echoed into a terminal or cron log
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

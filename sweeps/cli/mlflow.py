@@ -7,8 +7,7 @@ import signal
 
 from sweeps import paths
 from sweeps.ops.sync import sync
-from sweeps.tracking.server import is_loopback
-from sweeps.tracking.ui import check_port, serve, store_uri, wait_until_interrupted
+from sweeps.tracking.ui import check_exposure, check_port, serve, store_uri, wait_until_interrupted
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -29,15 +28,15 @@ def cli_ui(args: argparse.Namespace) -> int:
         print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")
         _latest_sweep(uri, None)
         return 0
+    note = check_exposure(args.host, args.auth, args.insecure)
     check_port(args.host, args.port)
-    if not is_loopback(args.host):
-        print(f"warning: --host {args.host} exposes the MLflow UI (and its write API, with no "
-              f"authentication) to the network; use --host 127.0.0.1 unless you mean it")
+    if note:
+        print(note)
     log_path = paths.home() / "mlflow-ui.log"
     print(f"starting the MLflow UI for {uri} ...", flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` must not orphan the server either
     try:
-        server = serve(uri, args.host, args.port, log_path)
+        server = serve(uri, args.host, args.port, log_path, auth=args.auth)
         try:
             print(f"MLflow UI: {server.experiments_url()}", flush=True)
             _latest_sweep(uri, server.url)

@@ -61,8 +61,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     from sweeps.ops import prepare, run
 
     if cfg_mode:
-        cfg = compose.compose_config(overrides)
-        print(compose.to_yaml(cfg, resolve=resolve), end="")
+        print(compose.shown_yaml(overrides, resolve=resolve), end="")
         return 0
     spec = prepare.prepare(overrides)
     if dry:

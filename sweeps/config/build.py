@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeps import paths
-from sweeps.config import security
+from sweeps.config import limits, redaction, security
 from sweeps.config.reader import Reader
 from sweeps.config.sections import objectives, outputs, runtime, scheduler, search, sweep, trainable
 from sweeps.config.spec import SweepSpec
@@ -32,8 +32,15 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     """
     r = Reader(cfg)
     defaults = defaults or {}
+    found: set[str] = set()
+    redaction.redact(cfg, found)  # secret-named values, URI passwords: scrubbed from free text from now on
+    redaction.remember(found)
+    r.errors += limits.config_errors(cfg)
+    if r.errors:
+        raise BadInput(*r.errors)  # oversized or control characters: nothing else is read
     r.errors += runtime.unknown_sections(cfg, SECTIONS)
     allowed = outputs.allowed_targets(r)
+    r.errors += security.extra_errors(allowed)
     sweep_cfg = sweep.parse(r)
     trainable_cfg = trainable.parse(r, allowed)
     r.errors += trainable.metric_errors(sweep_cfg.metric, trainable_cfg)

@@ -40,8 +40,11 @@ def _compose_raw(overrides: Sequence[str]) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from sweeps.config import limits
+
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3", job_name="sweeps"):
+    with limits.guarded_loading(), initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3",
+                                                         job_name="sweeps"):
         return compose(config_name=PRIMARY, overrides=list(overrides))
 
 
@@ -83,6 +86,11 @@ def _explain(exc: Exception, overrides: Sequence[str]) -> BadInput:
 
 def compose_config(overrides: Sequence[str]) -> Any:
     """Compose ``conf/`` with Hydra overrides; returns the (unresolved) DictConfig."""
+    from sweeps.config import limits
+
+    too_big = limits.override_errors(overrides)
+    if too_big:
+        raise BadInput(*too_big)
     bad = [o for o in overrides if "=" not in o and not o.startswith("~")]
     if bad:
         raise BadInput(*(f"malformed override {o!r}: expected key=value, group=option or +experiment=NAME"
@@ -121,6 +129,13 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from sweeps.config import limits, redaction
+
+    unresolved = OmegaConf.to_container(cfg, resolve=False)
+    too_big = limits.interpolation_errors(unresolved)
+    if too_big:
+        raise BadInput(*too_big)
+    redaction.remember(redaction.env_secrets(unresolved))
     try:
         out = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
@@ -135,6 +150,17 @@ def to_yaml(cfg: Any, resolve: bool = False) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(cfg, resolve=resolve)
+
+
+def shown_yaml(overrides: Sequence[str], resolve: bool = False) -> str:
+    """``--cfg``: the composed config as YAML, bounded like a run and with secret values redacted."""
+    from omegaconf import OmegaConf
+
+    from sweeps.config import redaction
+
+    cfg = compose_config(overrides)
+    data = to_plain(cfg) if resolve else OmegaConf.to_container(cfg, resolve=False)
+    return OmegaConf.to_yaml(OmegaConf.create(redaction.redact(data)))
 
 
 def compose(overrides: Sequence[str]) -> dict[str, Any]:

@@ -5,6 +5,14 @@ from __future__ import annotations
 import re
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+ALIAS = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
+
+
+def alias_errors(key: str, alias: str) -> list[str]:
+    """Problems with a registry alias (MLflow's rule: letters, digits, _ and -)."""
+    if ALIAS.match(alias):
+        return []
+    return [f"{key}: {alias[:80]!r} is not a valid alias; use letters, digits, _ or - (e.g. champion)"]
 
 
 def model_name_errors(key: str, name: str) -> list[str]:

@@ -1,36 +1,49 @@
-"""Security rules applied to configs: `_target_` allowlisting and secret redaction."""
+"""The ``_target_`` allowlist, applied to every target anywhere in a config by what it resolves to.
+
+Every ``_target_`` (in mappings, lists, ``_args_``, at any depth) and every dotted setting
+(``trainable.loop``/``builder``/``datasets``) is resolved by :func:`sweeps.config.targets.resolve`: the
+string is checked against the allowed packages before anything is imported, then each module on the way and
+the final object's defining module. Hydra's reserved keys (``_partial_``, ``_recursive_``, ``_convert_``,
+``_args_``) must have their documented types, and look-alike keys (``_target``, ``__target__``) are refused.
+``security.allowed_targets`` may add packages, but never the standard library.
+
+Redaction lives in :mod:`sweeps.config.redaction` (re-exported here for older callers).
+"""
 
 from __future__ import annotations
 
-import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from sweeps.config.redaction import REDACTED, SECRET_KEY, is_secret_key, redact, scrub  # noqa: F401
+from sweeps.config.targets import CONVERT, DOTTED, TargetRefused, resolve
+
+# What the bundled configs need, and no more: not all of `sweeps` (its ops write crontabs), not all of
+# `optuna` (its storages open databases and files anywhere), not all of `ray.tune`.
 ALLOWED_TARGET_PREFIXES: tuple[str, ...] = (
-    "sweeps",
     "trainables",
-    "ray.tune",
-    "optuna",
-    "hyperopt",
+    "ray.tune.search",
+    "ray.tune.schedulers",
+    "optuna.samplers",
+    "optuna.pruners",
+    "hyperopt.tpe",
+    "hyperopt.rand",
+    "hyperopt.anneal",
     "torch.optim",
 )
-SECRET_KEY = re.compile(r"(password|passwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
-                        r"webhook)",
-                        re.IGNORECASE)
-REDACTED = "***REDACTED***"
+HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
+STDLIB = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
+WHOLE = ("ray", "torch", "hydra", "omegaconf", "sweeps.cli", "sweeps.ops")  # never allowed as a whole
 
 
-def _allowed(target: str, prefixes: Iterable[str]) -> bool:
-    return any(target == p or target.startswith(p + ".") for p in prefixes)
-
-
-def iter_targets(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """Yield ``(key, target)`` for every ``_target_`` in a nested config."""
+def iter_targets(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield ``(key, target)`` for every ``_target_`` in a nested config (mappings and lists, any depth)."""
     if isinstance(node, Mapping):
         for k, v in node.items():
             key = f"{path}.{k}" if path else str(k)
             if k == "_target_":
-                yield key, str(v)
+                yield key, v
             else:
                 yield from iter_targets(v, key)
     elif isinstance(node, list | tuple):
@@ -38,53 +51,76 @@ def iter_targets(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
             yield from iter_targets(v, f"{path}[{i}]")
 
 
+def _reserved_errors(node: Any, path: str = "") -> list[str]:
+    """Hydra's reserved keys with the wrong type, and look-alikes of them, anywhere in the config."""
+    errors: list[str] = []
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            key = f"{path}.{k}" if path else str(k)
+            name = str(k)
+            if name in HYDRA_KEYS:
+                errors += _reserved_value(name, v, key)
+            elif name.startswith("_") and name.strip("_").lower() in ("target", "args", "partial", "recursive",
+                                                                        "convert"):
+                errors.append(f"{key}: looks like Hydra's {'_' + name.strip('_') + '_'!r} but is not; "
+                              f"remove it (only the exact reserved keys are understood)")
+            errors += _reserved_errors(v, key)
+    elif isinstance(node, list | tuple):
+        for i, v in enumerate(node):
+            errors += _reserved_errors(v, f"{path}[{i}]")
+    return errors
+
+
+def _reserved_value(name: str, value: Any, key: str) -> list[str]:
+    if name in ("_partial_", "_recursive_") and not isinstance(value, bool):
+        return [f"{key}: must be true or false, got {value!r}"]
+    if name == "_convert_" and value not in CONVERT:
+        return [f"{key}: must be one of {', '.join(CONVERT)}, got {value!r}"]
+    if name == "_args_" and not isinstance(value, list | tuple):
+        return [f"{key}: must be a list of positional arguments, got {type(value).__name__}"]
+    return []
+
+
+def extra_errors(extra: Iterable[Any]) -> list[str]:
+    """``security.allowed_targets`` entries must be package names, and never the standard library."""
+    errors = []
+    for i, e in enumerate(extra):
+        key = f"security.allowed_targets[{i}]"
+        if not isinstance(e, str) or not DOTTED.match(e):
+            errors.append(f"{key}: {e!r} is not a package name like mypkg or mypkg.search")
+        elif e.split(".")[0] in STDLIB or e in WHOLE:
+            errors.append(f"{key}: {e!r} may not be allowed (the standard library, builtins, and the whole of "
+                          f"ray/torch/hydra can run arbitrary code); name your own package, e.g. mypkg.search")
+    return errors
+
+
+def prefixes(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    return (*ALLOWED_TARGET_PREFIXES, *(e for e in extra if isinstance(e, str)))
+
+
 def check_targets(cfg: Mapping[str, Any], extra: Iterable[str] = ()) -> list[str]:
-    """Problems for every `_target_` outside the allowed packages (plus ``extra`` prefixes)."""
-    prefixes = (*ALLOWED_TARGET_PREFIXES, *extra)
-    return [
-        f"{key}: target {target!r} is outside the allowed packages ({', '.join(prefixes)}); add its package "
-        f"to security.allowed_targets if you trust it"
-        for key, target in iter_targets(cfg)
-        if not _allowed(target, prefixes)
-    ]
+    """Problems for every ``_target_`` that resolves outside the allowed packages (plus ``extra`` ones)."""
+    allowed = prefixes(extra)
+    errors = _reserved_errors(cfg)
+    for key, target in iter_targets(cfg):
+        try:
+            resolve(target, allowed)
+        except TargetRefused as exc:
+            errors.append(f"{key}: target {_advice(exc)}")
+    return errors
+
+
+def _advice(exc: TargetRefused) -> str:
+    text = str(exc)
+    if text.endswith(")") and "is outside the allowed packages" in text:
+        text += "; add its package to security.allowed_targets if you trust it"
+    return text
 
 
 def check_dotted(key: str, value: str, extra: Iterable[str] = ()) -> list[str]:
     """The same rule for plain dotted-path settings such as ``trainable.loop``."""
-    prefixes = (*ALLOWED_TARGET_PREFIXES, *extra)
-    if _allowed(value, prefixes):
-        return []
-    return [f"{key}: {value!r} is outside the allowed packages ({', '.join(prefixes)}); add its package to "
-            f"security.allowed_targets if you trust it"]
-
-
-def is_secret_key(key: str) -> bool:
-    return bool(SECRET_KEY.search(key))
-
-
-def redact(node: Any, secrets: set[str] | None = None) -> Any:
-    """A copy of ``node`` with the values of secret-looking keys replaced, recursively.
-
-    ``secrets`` collects the redacted values (so free text such as an error message can be scrubbed too).
-    """
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            if is_secret_key(str(k)) and not isinstance(v, Mapping | list | tuple):
-                if secrets is not None and v not in (None, ""):
-                    secrets.add(str(v))
-                out[k] = REDACTED if v not in (None, "") else v
-            else:
-                out[k] = redact(v, secrets)
-        return out
-    if isinstance(node, list | tuple):
-        return [redact(v, secrets) for v in node]
-    return node
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """Replace every known secret value inside free text."""
-    for s in secrets:
-        if len(s) >= 4:
-            text = text.replace(s, REDACTED)
-    return text
+    try:
+        resolve(value, prefixes(extra))
+    except TargetRefused as exc:
+        return [f"{key}: {_advice(exc)}"]
+    return []

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.config import security
+from sweeps.config import redaction
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class SweepSpec:
 
     def redacted(self) -> dict[str, Any]:
         """The composed config with secret-looking values replaced: safe to log and store."""
-        out: dict[str, Any] = security.redact(self.raw)
+        out: dict[str, Any] = redaction.redact(self.raw)
         return out
 
     def digest(self) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import shipping
+from sweeps.execution import loopback, shipping
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,45 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
     }
     if spec.cluster.mode == "local":
         env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
+        env.update(loopback.worker_env())
     return env
+
+
+TOKEN_HELP = ("RAY_AUTH_MODE=token plus the cluster's token in RAY_AUTH_TOKEN=<token>, "
+              "RAY_AUTH_TOKEN_PATH=<file> or the file ~/.ray/auth_token")
+
+
+def token_source(env: Mapping[str, str], home: str) -> str | None:
+    """Where this process would read a Ray auth token from, or None (pure: ``env`` and the home folder)."""
+    if env.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    path = env.get("RAY_AUTH_TOKEN_PATH")
+    if path and os.path.isfile(os.path.expanduser(path)):
+        return "RAY_AUTH_TOKEN_PATH"
+    if os.path.isfile(os.path.join(home, ".ray", "auth_token")):
+        return "~/.ray/auth_token"
+    return None
+
+
+def driver_auth_env(env: Mapping[str, str], home: str) -> dict[str, str]:
+    """What a driver joining a cluster must add to its env: RAY_AUTH_MODE=token when it has a token and the
+    mode is unset (Ray turns it on by itself only for ``address=auto``). An explicit mode is respected."""
+    if env.get("RAY_AUTH_MODE") is None and token_source(env, home):
+        return {"RAY_AUTH_MODE": "token"}
+    return {}
+
+
+def _enable_driver_auth() -> None:
+    extra = driver_auth_env(os.environ, os.path.expanduser("~"))
+    if not extra:
+        return
+    os.environ.update(extra)
+    try:  # Ray caches its config at import; re-read it, as Ray's own enable_token_auth does
+        from ray._raylet import Config  # type: ignore[attr-defined]
+
+        Config.initialize("")
+    except Exception as exc:  # a private hook: the env var alone still reaches ray.init's own checks
+        log.debug("could not refresh Ray's config after setting RAY_AUTH_MODE (%s)", exc)
 
 
 def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | None = None) -> None:
@@ -48,6 +87,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
         return
     runtime_env: dict[str, Any] = {"env_vars": env}
     if spec.cluster.mode == "local":
+        loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         ray.init(
             num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs
             num_gpus=spec.cluster.num_gpus,  # type: ignore[arg-type]
@@ -62,13 +102,17 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     if not address:
         raise BadInput("cluster.address: cluster=remote needs an address (auto, HOST:6379) or $RAY_ADDRESS")
     runtime_env = shipping.runtime_env(spec, env)  # code and settings travel to every node
+    from ray.exceptions import AuthenticationError
+
+    _enable_driver_auth()
     try:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=spec.cluster.log_to_driver)
-    except ConnectionError as exc:
-        raise BadInput(f"cluster.address: cannot connect to Ray at {address!r} ({exc}); is the cluster "
-                       f"up, and does this process have its token (RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)?"
-                       ) from None
+    except (ConnectionError, AuthenticationError) as exc:
+        raise BadInput(f"cluster.address: cannot connect to Ray at {address!r} ({exc}); is the cluster up, and "
+                       f"does this process have its token? A driver needs {TOKEN_HELP} (now: RAY_AUTH_MODE="
+                       f"{os.environ.get('RAY_AUTH_MODE', '(unset)')}, token from "
+                       f"{token_source(os.environ, os.path.expanduser('~')) or 'nowhere'})") from None
 
 
 _stopping: threading.Thread | None = None
@@ -99,3 +143,4 @@ def _shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    loopback.leave_local()

@@ -1,4 +1,8 @@
-"""Ray's (and Optuna's, HyperOpt's) searcher and scheduler classes, instantiated from their ``_target_``."""
+"""Ray's (and Optuna's, HyperOpt's) searcher and scheduler classes, instantiated from their ``_target_``.
+
+Instantiation goes through the allowlist's own resolver (:func:`sweeps.config.targets.build`), not Hydra's:
+every nested ``_target_`` is resolved and checked again where it is called, and no value is re-interpolated.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +15,31 @@ from contextlib import contextmanager
 from typing import Any
 
 from sweeps import uris
-from sweeps.config import space
+from sweeps.config import security, space
 from sweeps.config.sections.objectives import constrained_sampler
 from sweeps.config.spec import SweepSpec
-from sweeps.config.targets import import_dotted
+from sweeps.config.targets import TargetRefused, build, resolve
+from sweeps.errors import BadInput
 from sweeps.execution.objectives import record_constraints
 
 log = logging.getLogger(__name__)
 
 
-def instantiate(node: dict[str, Any], **kwargs: Any) -> Any:
-    """``_target_`` + ``hydra.utils.instantiate``; passes only the kwargs the target accepts."""
-    from hydra.utils import instantiate as hydra_instantiate
-
+def instantiate(node: dict[str, Any], allowed: tuple[str, ...] = (), key: str = "searcher", **kwargs: Any) -> Any:
+    """Build a ``_target_`` node inside the allowlist; passes only the kwargs the target accepts."""
+    prefixes = security.prefixes(allowed)
     cfg = {k: v for k, v in node.items() if k != "name"}
-    target = import_dotted(cfg["_target_"])
+    try:
+        target = resolve(cfg["_target_"], prefixes)
+    except TargetRefused as exc:
+        raise BadInput(f"{key}._target_: {exc}") from None
     try:
         accepted = inspect.signature(target).parameters
         if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
             kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     except (TypeError, ValueError):
         pass
-    return hydra_instantiate(cfg, _convert_="all", **kwargs)
+    return build(cfg, prefixes, key, **kwargs)
 
 
 def is_basic(spec: SweepSpec) -> bool:
@@ -54,7 +61,7 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
         kwargs.update(metric=spec.sweep.metric, mode=spec.sweep.mode)
     if points:
         kwargs["points_to_evaluate"] = points
-    searcher = instantiate(node, **kwargs)
+    searcher = instantiate(node, spec.allowed_targets, "searcher", **kwargs)
     if spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node):
         return record_constraints(searcher, spec.sweep.constraints)
     return searcher
@@ -73,7 +80,7 @@ def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
                                   "max_concurrent": concurrency}
         if points:
             kwargs["points_to_evaluate"] = points
-        return instantiate(spec.searcher, **kwargs)
+        return instantiate(spec.searcher, spec.allowed_targets, "searcher", **kwargs)
     searcher = build_searcher(spec, concurrency)
     with _searcher_state(state_dir) as local_dir:
         searcher.restore_from_dir(local_dir)
@@ -110,7 +117,7 @@ def build_scheduler(spec: SweepSpec) -> Any:
     kwargs: dict[str, Any] = {"metric": spec.sweep.metric, "mode": spec.sweep.mode} if spec.sweep.multi else {}
     if "hyperparam_mutations" in node:
         kwargs["hyperparam_mutations"] = space.to_tune(node.pop("hyperparam_mutations") or {})
-    return instantiate(node, **kwargs)
+    return instantiate(node, spec.allowed_targets, "scheduler", **kwargs)
 
 
 def param_space(spec: SweepSpec) -> dict[str, Any]:

@@ -95,6 +95,8 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from sweeps.execution.loopback import torch_config
+
     # Ray Data: datasets are built here, in the trial's driver; Train shards them across the workers
     # (each worker reads its shard with ray.train.get_dataset_shard(name)).
     datasets = import_dotted(setup.datasets)(config) if setup.datasets else None
@@ -102,6 +104,7 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue
         import_dotted(setup.loop),
         train_loop_config=config,
         datasets=datasets,
+        torch_config=torch_config(),  # a 127.0.0.1-only rendezvous on a loopback-only (embedded) Ray
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.num_workers,
             use_gpu=setup.use_gpu,

@@ -97,6 +97,16 @@ def check_auth() -> Check:
     return Check("Ray token auth", True, "on (Ray's default)")
 
 
+def check_token_file() -> Check:
+    """Ray writes ``~/.ray/auth_token`` with the umask's mode (often 0644): anyone on the machine could read it."""
+    path = Path(os.path.expanduser("~")) / ".ray" / "auth_token"
+    if not path.is_file():
+        return Check("Ray token file", True, "none yet (Ray writes one at the first local start)", required=False)
+    mode = path.stat().st_mode & 0o777
+    ok = not mode & 0o077
+    return Check("Ray token file", ok, f"{path} mode {mode:04o}", f"chmod 600 {path}", required=False)
+
+
 def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> list[Check]:
     checks: list[Callable[[], Check]] = [
         lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
@@ -112,5 +122,6 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> l
         check_crontab,
         check_gpu,
         check_auth,
+        check_token_file,
     ]
     return [c() for c in checks]

@@ -160,6 +160,20 @@ class Added:
     fires: list[datetime]
 
 
+def _refuse_stored_secrets(name: str, overrides: Sequence[str]) -> None:
+    """A schedule's overrides and environment are stored in plain files: no literal secret may be among them."""
+    from sweeps.config import redaction
+
+    errors = [f"{o.split('=', 1)[0].lstrip('+~')}: a schedule stores its overrides in {schedule.entry_path(name)}; "
+              f"pass the secret as '{o.split('=', 1)[0]}=${{oc.env:VAR}}' and set VAR where the schedule runs"
+              for o, r in zip(overrides, redaction.redact_overrides(overrides), strict=True) if o != r]
+    if redaction.uri_passwords(os.environ.get("MLFLOW_TRACKING_URI", "")):
+        errors.append("MLFLOW_TRACKING_URI: it carries a password, and a schedule stores its environment; set "
+                      "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD where the schedule runs instead")
+    if errors:
+        raise BadInput(*errors)
+
+
 def add(name: str | None, overrides: Sequence[str], expr: str | None, tz: str | None, *, kind: str,
         replace: bool) -> Added:
     """Validate everything (name, cron, zone, the sweep's overrides), then record and install the schedule."""
@@ -175,6 +189,7 @@ def add(name: str | None, overrides: Sequence[str], expr: str | None, tz: str | 
                        f"--replace to overwrite it, or remove it first (`python -m sweeps schedule remove "
                        f"{name}`)")
     spec = prepare([*overrides, f"++schedule.name={name}"])  # bad overrides die here, nothing written
+    _refuse_stored_secrets(name, overrides)
     fields, guarded = cron.cron_fields(expr, tz, now) if kind == "cron" else (expr, False)
     entry = schedule.Entry(name=name, overrides=list(overrides), cron=expr, tz=tz, kind=kind,
                            project=str(Path.cwd()), home=str(paths.home()), env=schedule.carried_env(),

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from sweeps import store
-from sweeps.config import compose
+from sweeps.config import compose, redaction, security
 from sweeps.config.build import build_spec
 from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
@@ -18,7 +18,7 @@ from sweeps.execution import plan
 def prepare(overrides: Sequence[str]) -> SweepSpec:
     """Compose and validate; raises BadInput before anything is started or written."""
     spec = build_spec(compose.compose(overrides))
-    check_arguments(spec.searcher, spec.scheduler)
+    check_arguments(spec.searcher, spec.scheduler, security.prefixes(spec.allowed_targets))
     check_trainable(spec.trainable)
     return spec
 
@@ -39,6 +39,8 @@ def dry_run(spec: SweepSpec) -> str:
         f"storage        : {spec.storage_path}",
         "contract       : (read from the loop's source)",
         *(f"  {line}" for line in describe(spec.trainable)),
+        f"targets allowed: {', '.join(security.ALLOWED_TARGET_PREFIXES)}",
+        f"  added by security.allowed_targets: {', '.join(spec.allowed_targets) or '(none)'}",
         "search space   :",
         *(f"  {k}: {json.dumps(v)}" for k, v in spec.space.items()),
         "plan           :",
@@ -69,7 +71,8 @@ def hours_estimate(spec: SweepSpec) -> str:
 
 
 def spec_for(rec: store.SweepRecord, extra: list[str]) -> SweepSpec:
-    spec = prepare([*rec.overrides, *extra])
+    # Secrets typed on the command line were stored redacted: the user gives them again (or via ${oc.env:}).
+    spec = prepare(redaction.restore_overrides(rec.overrides, extra))
     if spec.digest() != rec.digest:
         raise BadInput(
             f"config: the sweep {rec.sweep_id} was started with a different search space, metric, mode, "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import lease, store, uris
-from sweeps.config import security
+from sweeps.config import redaction
 from sweeps.config.spec import SweepSpec
 from sweeps.execution import raystart
 from sweeps.ops.heartbeat import Heartbeat
@@ -63,8 +63,8 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
         sweep_id=sweep_id, experiment=spec.sweep.name, created=time.time(), status="running",
         storage_path=spec.storage_path, experiment_dirs=[uris.join(spec.storage_path, sweep_id)],
         tracking_uri=spec.tracking.uri, mlflow_experiment_id=exp_id, parent_run_id=parent,
-        overrides=list(overrides), config=spec.redacted(), digest=spec.digest(), metric=spec.sweep.metric,
-        mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
+        overrides=redaction.redact_overrides(overrides), config=spec.redacted(), digest=spec.digest(),
+        metric=spec.sweep.metric, mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
         schedule=schedule, previous_sweep_id=previous, driver_pid=os.getpid(), slots=slots,
         driver_host=lease.host(), lease_expires=lease.expiry(),
     )
@@ -104,7 +104,7 @@ def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
     except Exception as err:  # the record may not have been written yet
         log.debug("could not update the record of %s: %s", rec.sweep_id, err)
     try:
-        c.set_tag(rec.parent_run_id, "error", security.scrub(str(exc), set())[:500] or type(exc).__name__)
+        c.set_tag(rec.parent_run_id, "error", redaction.scrub(str(exc))[:500] or type(exc).__name__)
         c.set_terminated(rec.parent_run_id, status="KILLED" if interrupted else "FAILED")
     except Exception as err:
         log.warning("MLflow: could not close the parent run %s (%s)", rec.parent_run_id, err)

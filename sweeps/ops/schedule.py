@@ -98,6 +98,8 @@ def load_entry(name: str) -> Entry:
         known = ", ".join(names()) or ("(none; add one with `python -m sweeps schedule add NAME "
                                        "+experiment=X --cron '0 2 * * *'`)")
         raise BadInput(f"NAME: no schedule {name!r} under {schedules_dir()}; schedules: {known}")
+    if paths.outside_home(path):
+        raise BadInput(f"NAME: {paths.outside_home(path)}")
     return Entry(**json.loads(path.read_text()))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config import security
-from sweeps.config.targets import import_dotted
+from sweeps.config.targets import TargetRefused, resolve
 from sweeps.errors import BadInput
 from sweeps.registry.gate import score
 
@@ -37,11 +37,16 @@ def _builder(rec: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(builder, str) or not builder:
         raise BadInput(f"trainable.builder: sweep {rec.sweep_id}'s trainable {t.get('name')!r} declares no "
                        f"builder (build_model(config) -> nn.Module); promote needs one")
-    allowed = ((rec.config or {}).get("security") or {}).get("allowed_targets") or []
-    errors = security.check_dotted("trainable.builder", builder, allowed)
+    return builder, dict(t.get("params") or {})
+
+
+def _allowed(rec: Any) -> tuple[str, ...]:
+    """The allowlist the sweep ran under (its extras re-checked: the index record is only a file)."""
+    extra = ((rec.config or {}).get("security") or {}).get("allowed_targets") or []
+    errors = security.extra_errors(extra)
     if errors:
         raise BadInput(*errors)
-    return builder, dict(t.get("params") or {})
+    return security.prefixes(extra)
 
 
 def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
@@ -50,10 +55,11 @@ def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
 
     builder, params = _builder(rec)
     module = builder.replace(":", ".").rpartition(".")[0]
+    allowed = _allowed(rec)
     try:
-        build = import_dotted(builder)
-        validation_data = import_dotted(f"{module}.validation_data")
-    except (ImportError, AttributeError) as exc:
+        build = resolve(builder, allowed)
+        validation_data = resolve(f"{module}.validation_data", allowed)
+    except TargetRefused as exc:
         raise BadInput(f"trainable.builder: cannot import {builder!r} and {module}.validation_data() "
                        f"({exc}); a trainable exposes both for promotion") from None
     config = {**params, **trial.params}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import uris
-from sweeps.config import security
+from sweeps.config import redaction
 from sweeps.lease import driver_id
 from sweeps.tracking.client import (
     MAX_METRICS,
@@ -71,18 +71,18 @@ class _Tracker:
                  mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
                  log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = (),
                  confirm: bool = False) -> None:
-        self.uri = uri
+        self.secrets = set(secrets) | redaction.known()
+        self.uri = redaction.public_uri(uri)  # the password (if any) stays in this process's memory only
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_id = sweep_id
         self.metric = metric
         self.mode = mode
-        self.fixed_params = dict(fixed_params)
+        self.fixed_params = redaction.redact(dict(fixed_params), self.secrets)  # never held in plaintext
         self.flush_interval_s = flush_interval_s
         self.log_checkpoints = log_checkpoints
         self.epochs = epochs
         self.confirm = confirm  # these trials re-run a configuration with a fresh seed (`sweeps confirm`)
-        self.secrets = set(secrets)
         self.timer = _Timer()
         self.drain_s = 120.0  # how long the end of the sweep waits for MLflow; short once a signal came
         self.runs: dict[str, str] = {}  # trial id -> run id
@@ -97,6 +97,7 @@ class _Tracker:
         state = self.__dict__.copy()
         state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
         state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
+        state["secrets"] = set()  # no secret at rest: a restored tracker is replaced by a fresh one (resume)
         return state
 
     # -- plumbing ---------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ class _Tracker:
                 "retries": str(trial.num_failures), "trial_dir": trial_location(trial) or ""}
         error = None
         if status == "FAILED":
-            error = security.scrub(_error_text(trial), self.secrets)
+            error = redaction.scrub(_error_text(trial), self.secrets)
         best = best_checkpoint(trial)  # Tune's own ranking: the checkpoint promotion registers too
         if best is not None:
             tags["best_checkpoint"] = best[0]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeps.config import security
+from sweeps.config import redaction
 from sweeps.errors import BadInput
 from sweeps.lease import driver_id, owner_alive, parse_driver
 
@@ -35,6 +35,24 @@ MAX_PARAMS, MAX_METRICS, MAX_TAGS = 100, 1000, 100
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
+def connect_uri(uri: str) -> str:
+    """The URI to hand MLflow for a stored (public) one.
+
+    An MLflow server's credentials never ride in the URI (MLflow would print it in run links): a
+    ``user:password@`` given in ``tracking.uri`` becomes ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` for this
+    process. A database URI gets its password back from this process's memory (or ``$MLFLOW_TRACKING_URI``).
+    """
+    real = redaction.real_uri(uri)
+    if not real.startswith(("http://", "https://")):
+        return real
+    clean, user, password = redaction.split_userinfo(real)
+    if user:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = user
+    if password:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = password
+    return clean
+
+
 def configure_client_env(uri: str) -> None:
     """Short HTTP timeouts: MLflow's own client retries an unreachable server for minutes."""
     if uri.startswith(("http://", "https://")):
@@ -49,6 +67,7 @@ def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
     Raises:
         BadInput: naming ``tracking.uri`` and what went wrong.
     """
+    uri = connect_uri(uri)
     parsed = urllib.parse.urlparse(uri)
     if parsed.scheme in ("http", "https"):
         import urllib.error as urlerror
@@ -91,6 +110,7 @@ def artifact_root(uri: str) -> str | None:
 def client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
+    uri = connect_uri(uri)
     configure_client_env(uri)
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +147,7 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 def log_params(c: Any, run_id: str, params: Mapping[str, Any]) -> None:
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in flat_params(security.redact(params)).items()]
+    items = [Param(k, v) for k, v in flat_params(redaction.redact(params)).items()]
     for chunk in chunks(items, MAX_PARAMS):
         c.log_batch(run_id, params=chunk)
 
@@ -135,7 +155,7 @@ def log_params(c: Any, run_id: str, params: Mapping[str, Any]) -> None:
 def set_tags(c: Any, run_id: str, tags: Mapping[str, Any]) -> None:
     from mlflow.entities import RunTag
 
-    items = [RunTag(k, str(v)[:5000]) for k, v in security.redact(dict(tags)).items()]
+    items = [RunTag(k, str(v)[:5000]) for k, v in redaction.redact(dict(tags)).items()]
     for chunk in chunks(items, MAX_TAGS):
         c.log_batch(run_id, tags=chunk)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import paths
+from sweeps.config import redaction
 from sweeps.config.spec import SweepSpec
 from sweeps.lease import driver_id
 from sweeps.store import SweepRecord
@@ -17,6 +18,7 @@ from sweeps.tracking import client as mc
 
 TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
 TAG_PARETO = "sweeps.pareto"  # multi-objective: on the trial runs of the (feasible) Pareto front
+TAG_ALLOWED = "sweeps.allowed_targets"  # packages added to the `_target_` allowlist by security.allowed_targets
 
 
 def _git() -> dict[str, str]:
@@ -57,18 +59,19 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
         "experiment": spec.sweep.name, "searcher": spec.searcher_name, "scheduler": spec.scheduler_name,
         "metric": spec.sweep.metric, "mode": spec.sweep.mode, "trainable": spec.trainable.name,
         "config_digest": spec.digest(), **_git(), **_versions(),
+        TAG_ALLOWED: ",".join(spec.allowed_targets) or "(none)",
     }
     if schedule:
         tags["schedule"] = schedule
     if previous:
         tags["previous_sweep_id"] = previous
-    run = c.create_run(exp_id, run_name=sweep_id, tags=tags)
+    run = c.create_run(exp_id, run_name=sweep_id, tags=redaction.redact(tags))
     run_id = run.info.run_id
     try:
-        mc.log_params(c, run_id, {"overrides": " ".join(overrides) or "(none)",
+        mc.log_params(c, run_id, {"overrides": " ".join(redaction.redact_overrides(overrides)) or "(none)",
                                   "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
         mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
-        mc.write_json_artifact(c, run_id, "search_space.json", spec.space)
+        mc.write_json_artifact(c, run_id, "search_space.json", redaction.redact(spec.space))
     except BaseException:
         c.set_terminated(run_id, status="FAILED")  # never leave a half-opened parent run RUNNING
         raise
@@ -140,11 +143,10 @@ def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
 
 def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> Any:
     """The Tune callback that writes this sweep's trial runs under its parent run."""
-    from sweeps.config import security
     from sweeps.tracking.callback import make_callback
 
-    secrets: set[str] = set()
-    security.redact(spec.raw, secrets)
+    secrets: set[str] = redaction.known()
+    redaction.redact(spec.raw, secrets)
     return make_callback(
         uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
         sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,

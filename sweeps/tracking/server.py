@@ -72,7 +72,8 @@ def url_host(host: str) -> str:
 
 
 def server_command(backend_uri: str, host: str, port: int, *, artifacts_destination: str | None = None,
-                   default_artifact_root: str | None = None, workers: int = 1) -> list[str]:
+                   default_artifact_root: str | None = None, workers: int = 1,
+                   app_name: str | None = None) -> list[str]:
     """The ``mlflow server`` argv (pure).
 
     With ``artifacts_destination`` only, new experiments get ``mlflow-artifacts:/`` locations and clients
@@ -86,6 +87,8 @@ def server_command(backend_uri: str, host: str, port: int, *, artifacts_destinat
         cmd += ["--default-artifact-root", default_artifact_root]
     if artifacts_destination:
         cmd += ["--artifacts-destination", artifacts_destination]
+    if app_name:
+        cmd += ["--app-name", app_name]  # e.g. basic-auth: every request needs a user and password
     return cmd
 
 
@@ -182,7 +185,7 @@ def wait_healthy(server: Server, timeout_s: float = 120.0) -> None:
 def start(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
           artifacts_destination: str | Path | None = None, default_artifact_root: str | None = None,
           log_path: Path | None = None, env: dict[str, str] | None = None,
-          timeout_s: float = 120.0) -> Server:
+          timeout_s: float = 120.0, app_name: str | None = None) -> Server:
     """Start ``mlflow server`` for ``backend_uri`` and return once it answers ``/health``.
 
     Args:
@@ -194,6 +197,7 @@ def start(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
         log_path: file for the server's stdout/stderr (else discarded).
         env: base environment (default: this process's).
         timeout_s: how long to wait for ``/health``.
+        app_name: an MLflow server app, e.g. ``basic-auth``.
 
     Raises:
         BadInput: the port is in use.
@@ -207,7 +211,7 @@ def start(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
         artifacts_destination.mkdir(parents=True, exist_ok=True)
         artifacts_destination = str(artifacts_destination.resolve())
     cmd = server_command(backend_uri, host, port, artifacts_destination=artifacts_destination,
-                         default_artifact_root=default_artifact_root)
+                         default_artifact_root=default_artifact_root, app_name=app_name)
     out: IO[bytes] | int = subprocess.DEVNULL
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)

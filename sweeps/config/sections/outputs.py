@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sweeps.config.naming import model_name_errors
+from sweeps.config.naming import alias_errors, model_name_errors
 from sweeps.config.reader import Reader
 from sweeps.config.spec import ConfirmCfg, NotifyCfg, PromoteCfg, ReportCfg, ScheduleCfg
 
@@ -19,8 +19,10 @@ def promote(r: Reader) -> PromoteCfg:
     model_name = r.get("promote", "model_name", "str", default=None)
     if model_name is not None:
         r.errors += model_name_errors("promote.model_name", model_name)
-    return PromoteCfg(r.get("promote", "enabled", "bool", default=False), model_name,
-                      r.get("promote", "alias", "str", default="champion"),
+    alias = r.get("promote", "alias", "str", default="champion")
+    if isinstance(alias, str):
+        r.errors += alias_errors("promote.alias", alias)
+    return PromoteCfg(r.get("promote", "enabled", "bool", default=False), model_name, alias,
                       r.get("promote", "require_confirmed", "bool", default=False),
                       r.get("promote", "rule", "str", default="best_primary"))
 

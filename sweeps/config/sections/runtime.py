@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeps import uris
+from sweeps.config import redaction
 from sweeps.config.reader import Reader
 from sweeps.config.spec import ClusterCfg, FailureCfg, TrackingCfg
 
@@ -16,7 +17,8 @@ TRACKING_SCHEME = re.compile(r"^(sqlite|postgresql|mysql|mssql|https?|file|datab
 
 
 def tracking(r: Reader, default_uri: str, sweep_name: Any) -> TrackingCfg:
-    uri = r.get("tracking", "uri", "str", default=None) or default_uri
+    # The spec keeps the public form (no password); the real URI stays in this process (redaction.real_uri).
+    uri = redaction.public_uri(r.get("tracking", "uri", "str", default=None) or default_uri)
     if not TRACKING_SCHEME.match(uri):
         r.errors.append(f"tracking.uri: {uri!r} has no supported scheme; use sqlite:///path/mlflow.db, "
                         f"http://HOST:PORT (an MLflow server), or a database URI")
@@ -61,6 +63,13 @@ def storage(r: Reader, default_path: str) -> str:
     scheme = path.split("://", 1)[0] if "://" in path else ""
     if scheme and not re.match(r"^[a-z][a-z0-9+.\-]*$", scheme):
         r.errors.append(f"storage.path: {path!r} has a malformed URI scheme; use a folder or s3://bucket/prefix")
+    if redaction.uri_passwords(path):
+        redaction.remember(redaction.uri_passwords(path))
+        r.errors.append(f"storage.path: {redaction.redact_uri(path)!r} carries credentials (user:secret@), which "
+                        f"Ray would write into its experiment state and the sweep index; give them through the "
+                        f"environment instead (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                        f"GOOGLE_APPLICATION_CREDENTIALS)")
+        return uris.normalize(redaction.redact_uri(path))
     return uris.normalize(path)
 
 

@@ -8,7 +8,8 @@ from sweeps.config.reader import Reader, mlflow_name_errors
 from sweeps.config.spec import BudgetCfg, SweepCfg
 
 MODES = ("min", "max")
-NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")  # names folders: no leading dot, so no "." or ".."
+MAX_SAMPLES = 1_000_000
 
 
 def parse(r: Reader) -> SweepCfg:
@@ -27,6 +28,9 @@ def parse(r: Reader) -> SweepCfg:
         if num_samples == 0 or num_samples < -1:
             r.errors.append(f"sweep.num_samples: must be >= 1, or -1 (unbounded, with sweep.time_budget_s); "
                             f"got {num_samples}")
+        elif num_samples > MAX_SAMPLES:
+            r.errors.append(f"sweep.num_samples: {num_samples} trials is more than {MAX_SAMPLES}; use -1 with "
+                            f"sweep.time_budget_s for an open-ended sweep")
         elif num_samples == -1 and budget is None:
             r.errors.append("sweep.num_samples: -1 (unbounded) needs sweep.time_budget_s, or the sweep never "
                             "ends")
@@ -35,7 +39,8 @@ def parse(r: Reader) -> SweepCfg:
     if budget is not None and budget <= 0:
         r.errors.append(f"sweep.time_budget_s: must be > 0 seconds, got {budget}")
     if isinstance(name, str) and not NAME.match(name):
-        r.errors.append(f"sweep.name: {name!r} may only hold letters, digits, _ . - (it names folders)")
+        r.errors.append(f"sweep.name: {name[:120]!r} may only hold letters, digits, _ . - (at most 100, starting "
+                        f"with a letter or digit: it names folders)")
     if isinstance(metric, str):
         r.errors += mlflow_name_errors("sweep.metric", metric)
     from sweeps.config.sections import objectives as mo

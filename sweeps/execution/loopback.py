@@ -1,0 +1,128 @@
+"""Loopback-only listeners for the embedded local Ray, and a torch rendezvous that listens on 127.0.0.1.
+
+Every Ray component binds by its node IP: loopback when that IP is loopback, all interfaces otherwise, and
+``ray.init(_node_ip_address="127.0.0.1")`` is turned back into the routable address. Ray's own switch,
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read by ``ray_constants`` at import, so the constant is set too),
+makes the node IP 127.0.0.1 for the GCS, raylet, agents and every worker (docs/security.md). It is set for
+``cluster=local`` only, and undone when that Ray stops: a ``ray start`` worker node refuses to start under it.
+
+``torch.distributed.TCPStore`` (Ray Train's ``env://`` rendezvous) always listens on every interface, with no
+authentication. :func:`torch_config` gives Train a backend whose rank 0 binds the store's socket to 127.0.0.1
+itself (``TCPStore(master_listen_fd=...)``) whenever the trial's node IP is loopback: then every worker is
+on this machine. ``GLOO_SOCKET_IFNAME=lo`` keeps gloo's own sockets on loopback too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+_saved: list[tuple[str | None, Any]] = []
+
+
+def loopback_interface() -> str | None:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), if there is one."""
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+def worker_env() -> dict[str, str]:
+    """Env vars for the local Ray's workers (Train workers included): gloo on the loopback interface."""
+    lo = loopback_interface()
+    return {GLOO_IFNAME: lo} if lo and not os.environ.get(GLOO_IFNAME) else {}
+
+
+def enter_local() -> None:
+    """Before the embedded ``ray.init``: node IP 127.0.0.1 for this process and every process it starts."""
+    import ray._private.ray_constants as rc
+
+    _saved.append((os.environ.get(SWITCH), rc.ENABLE_RAY_CLUSTER))
+    os.environ[SWITCH] = "0"
+    rc.ENABLE_RAY_CLUSTER = False  # services.get_node_ip_address reads it per call
+
+
+def leave_local() -> None:
+    """After the embedded Ray stopped: the environment as it was (a later remote connection is unaffected)."""
+    if not _saved:
+        return
+    import ray._private.ray_constants as rc
+
+    env, const = _saved.pop()
+    if env is None:
+        os.environ.pop(SWITCH, None)
+    else:
+        os.environ[SWITCH] = env
+    rc.ENABLE_RAY_CLUSTER = const
+
+
+def is_loopback(ip: str) -> bool:
+    return ip.startswith("127.") or ip in ("::1", "localhost") or ip.startswith("::ffff:127.")
+
+
+def _start_store(world_size: int, timeout_s: float) -> int:
+    """On rank 0: a TCPStore server on a socket bound to 127.0.0.1 (kept alive in the worker)."""
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = int(sock.getsockname()[1])
+    dist._sweeps_loopback_store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", port, world_size, True, timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False, master_listen_fd=sock.detach())
+    return port
+
+
+def _init_group(backend: str, world_rank: int, world_size: int, port: int, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # as Ray's own setup does
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = (dist._sweeps_loopback_store if world_rank == 0  # type: ignore[attr-defined]
+             else dist.TCPStore("127.0.0.1", port, world_size, False, timeout=timeout))
+    dist.init_process_group(backend=backend, store=store, rank=world_rank, world_size=world_size, timeout=timeout)
+
+
+def torch_config() -> Any:
+    """A ``TorchConfig`` whose rendezvous listens on 127.0.0.1 when this node is loopback-only, else None.
+
+    Called in the trial's driver (on the node where its workers run when the node IP is loopback).
+    """
+    import ray
+    from ray.train._internal.worker_group import WorkerGroup as V1WorkerGroup
+    from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend
+
+    if not is_loopback(ray.util.get_node_ip_address()):
+        return None
+
+    class LoopbackTorchBackend(_TorchBackend):  # type: ignore[misc]
+        """Ray's torch backend with rank 0 hosting the store on a pre-bound loopback socket."""
+
+        def on_start(self, worker_group: Any, backend_config: Any) -> None:
+            backend = backend_config.backend or "gloo"
+            if backend not in ("gloo", "nccl"):
+                super().on_start(worker_group, backend_config)
+                return
+            n = len(worker_group)
+            port = worker_group.execute_single(0, _start_store, world_size=n, timeout_s=backend_config.timeout_s)
+            if not isinstance(worker_group, V1WorkerGroup):
+                worker_group.execute(_set_torch_distributed_env_vars)
+            ray.get([worker_group.execute_single_async(i, _init_group, backend=backend, world_rank=i, world_size=n,
+                                                       port=port, timeout_s=backend_config.timeout_s)
+                     for i in range(n)])
+
+    class LoopbackTorchConfig(TorchConfig):  # type: ignore[misc]
+        @property
+        def backend_cls(self) -> Any:
+            return LoopbackTorchBackend
+
+    return LoopbackTorchConfig()

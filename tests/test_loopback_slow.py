@@ -1,0 +1,121 @@
+"""Loopback by default, measured: every listening socket of an embedded sweep's process tree (the driver, Ray's
+gcs_server, raylet, agents, every worker, the Train workers' torch rendezvous) and of ``sweeps ui`` (the MLflow
+server and its uvicorn) is on 127.0.0.1 or ::1. Sampled with psutil over the whole tree while it runs. Slow tier.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import SweepsEnv, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True, order=True)
+class Listener:
+    pid: int
+    name: str
+    ip: str
+    port: int
+    family: str
+
+
+def is_loopback(ip: str) -> bool:
+    return ip.startswith("127.") or ip == "::1" or ip.startswith("::ffff:127.")
+
+
+class Sampler:
+    """Every LISTEN socket of ``pid`` and its descendants, sampled every ``interval`` seconds until stopped."""
+
+    def __init__(self, pid: int, interval: float = 0.3) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.seen: set[Listener] = set()
+        self.names: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(interval,), daemon=True)
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for p in procs:
+            try:
+                name = " ".join(p.cmdline())[:80] or p.name()
+                self.names[p.pid] = name
+                conns = p.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            for c in conns:
+                if c.status == psutil.CONN_LISTEN:
+                    self.seen.add(Listener(p.pid, self.names[p.pid], c.laddr.ip, c.laddr.port, c.family.name))
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(interval)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def exposed(self) -> list[Listener]:
+        return sorted(x for x in self.seen if not is_loopback(x.ip))
+
+
+def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
+                         "trainable.num_workers=2", "trainable.params.epochs=3", "report.enabled=false",
+                         "cluster.worker_start_timeout_s=60")
+        with Sampler(proc.pid) as sampler:
+            out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, out[-4000:]
+        names = " | ".join(sorted({x.name for x in sampler.seen}))
+        assert any("gcs_server" in x.name for x in sampler.seen), names
+        assert any("raylet" in x.name for x in sampler.seen), names
+        # the Train workers' own listeners: core-worker gRPC plus the torch rendezvous (TCPStore) on rank 0
+        train = [x for x in sampler.seen if "RayTrainWorker" in x.name]
+        assert len({x.pid for x in train}) == 2 and len(train) >= 3, train
+        assert len(sampler.seen) >= 10, sampler.seen
+        assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
+    finally:
+        env.cleanup()
+
+
+def test_sweeps_ui_listens_on_loopback_only(tmp_path: Path) -> None:
+    from sweeps.tracking.server import free_port, healthy
+
+    env = SweepsEnv(tmp_path)
+    port = free_port()
+    proc = env.popen("ui", "--port", str(port))
+    try:
+        with Sampler(proc.pid) as sampler:
+            wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), timeout=180, what="the MLflow UI")
+            time.sleep(1.0)
+            sampler.sample()
+        assert any(x.port == port for x in sampler.seen), sampler.seen
+        assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
+    finally:
+        proc.send_signal(signal.SIGTERM)  # sweeps ui stops its server and exits
+        try:
+            proc.wait(timeout=60)
+        except Exception:
+            proc.kill()
+            proc.wait()
+        env.cleanup()

@@ -1,0 +1,268 @@
+"""The allowlist by resolved object, building targets with the same resolver, redaction (keys, URIs, overrides,
+known values), the tracker's pickled state, config bounds, the UI's exposure rule, Ray token env logic and the
+loopback switch. Fast tier: nothing here starts Ray or MLflow."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeps.config import limits, redaction, security, targets
+from sweeps.errors import BadInput
+
+# -- the allowlist checks what a target resolves to -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("target, why", [
+    ("trainables.common.os.system", "resolves through 'trainables.common.os' to 'os'"),
+    ("trainables.common.Path", "to 'pathlib'"),
+    ("ray.tune.os.system", "is outside the allowed packages"),
+    ("ray.tune.schedulers.async_hyperband.np.random.seed", "to 'numpy'"),
+    ("sweeps.ops.run.os.system", "is outside the allowed packages"),
+    ("sweeps.ops.install.write_crontab", "is outside the allowed packages"),  # `sweeps` itself is not allowed
+    ("trainables.__main__", "dunder"),
+    ("trainables.digits", "is a module, not a class or function"),
+    ("os.system", "is outside the allowed packages"),
+    ("optuna_evil.x", "is outside the allowed packages"),
+])
+def test_targets_are_refused_by_what_they_resolve_to(target: str, why: str) -> None:
+    errors = security.check_targets({"searcher": {"_args_": [{"_target_": target}]}})
+    assert len(errors) == 1 and errors[0].startswith("searcher._args_[0]._target_: target") and why in errors[0]
+
+
+def test_string_check_comes_before_any_import() -> None:
+    before = set(sys.modules)
+    assert security.check_targets({"s": {"_target_": "antigravity.fly"}})
+    assert "antigravity" not in set(sys.modules) - before, "a module outside the allowlist was imported"
+
+
+def test_every_target_anywhere_is_checked() -> None:
+    cfg = {"a": [{"b": {"_target_": "os.system"}}], "c": {"_args_": [[{"_target_": "subprocess.run"}]]},
+           "d": {"e": {"f": {"_target_": "ray.tune.schedulers.ASHAScheduler"}}}}
+    keys = sorted(e.split(":")[0] for e in security.check_targets(cfg))
+    assert keys == ["a[0].b._target_", "c._args_[0][0]._target_"]
+
+
+def test_reserved_key_tricks_are_refused() -> None:
+    errors = security.check_targets({"searcher": {"_target": "os.system", "__target__": "x", "_partial_": "yes",
+                                                  "_recursive_": 0, "_convert_": "eval", "_args_": "rm"}})
+    assert len(errors) == 6, errors
+
+
+def test_allowlist_extension_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "mypkg_sec"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\ndef make(x=1):\n    return ('made', x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = {"searcher": {"_target_": "mypkg_sec.make", "inner": {"_target_": "mypkg_sec.os.system"}}}
+    errors = security.check_targets(cfg, extra=["mypkg_sec"])
+    assert len(errors) == 1 and "searcher.inner._target_" in errors[0] and "to 'os'" in errors[0]
+    assert security.extra_errors(["os", "builtins", "ray", "subprocess.x", "a b", 3]) and len(
+        security.extra_errors(["os", "builtins", "ray", "subprocess.x", "a b", 3])) == 6
+    assert security.extra_errors(["mypkg_sec", "ray.tune.stopper"]) == []
+
+
+def test_build_uses_the_same_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # were the check broken, `touch x` would land here
+    pkg = tmp_path / "mypkg_build"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\ndef make(*a, **k):\n    return (a, k)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    allowed = security.prefixes(["mypkg_build"])
+    out = targets.build({"_target_": "mypkg_build.make", "_args_": [{"_target_": "mypkg_build.make", "y": 2}],
+                         "x": "${oc.env:HOME}"}, allowed, "searcher", points=[{"_target_": "os.system"}])
+    assert out == ((((), {"y": 2}),), {"x": "${oc.env:HOME}", "points": [{"_target_": "os.system"}]}), \
+        "nested nodes built, strings never re-interpolated, kwargs never instantiated"
+    part = targets.build({"_target_": "mypkg_build.make", "_partial_": True, "a": 1}, allowed, "s")
+    assert part() == ((), {"a": 1})
+    with pytest.raises(BadInput, match=r"searcher\._args_\[0\]\._target_: 'mypkg_build\.os\.system' resolves"):
+        targets.build({"_target_": "mypkg_build.make", "_args_": [{"_target_": "mypkg_build.os.system",
+                                                                 "_args_": ["touch x"]}]}, allowed, "searcher")
+    assert not (tmp_path / "x").exists()
+
+
+# -- redaction --------------------------------------------------------------------------------------------------
+
+
+def test_uri_userinfo_is_redacted_anywhere() -> None:
+    found: set[str] = set()
+    out = redaction.redact({"tracking": {"uri": "postgresql://bob:pw-Zq81x@db:5432/ml"},
+                            "params": {"note": "see https://u:tok-91aa7@git.example/x and more"}}, found)
+    assert out["tracking"]["uri"] == f"postgresql://bob:{redaction.REDACTED}@db:5432/ml"
+    assert "tok-91aa7" not in out["params"]["note"] and found == {"pw-Zq81x", "tok-91aa7"}
+    assert redaction.split_userinfo("https://u:p%40ss@h:1/x") == ("https://h:1/x", "u", "p@ss")
+
+
+def test_public_uri_keeps_the_real_one_in_memory_only() -> None:
+    public = redaction.public_uri("http://admin:Pw-mem-7731@127.0.0.1:5999")
+    assert public == "http://127.0.0.1:5999"
+    assert redaction.real_uri(public) == "http://admin:Pw-mem-7731@127.0.0.1:5999"
+    db = redaction.public_uri("postgresql://u:Db-pw-5521@h/db")
+    assert "Db-pw-5521" not in db and redaction.real_uri(db).endswith("u:Db-pw-5521@h/db")
+    assert "Db-pw-5521" not in redaction.scrub("connect postgresql://u:Db-pw-5521@h/db failed; Db-pw-5521")
+
+
+def test_overrides_are_redacted_and_restored() -> None:
+    given = ["+tracking.password=hunter2-xyz", "+trainable.params.api_key=${oc.env:KEY}", "sweep.seed=3",
+             "tracking.uri=https://me:tk-44441@h", "trainable.params={token: abc-99999, lr: 0.1}"]
+    stored = redaction.redact_overrides(given)
+    text = " ".join(stored)
+    for secret in ("hunter2-xyz", "tk-44441", "abc-99999"):
+        assert secret not in text
+    assert stored[1] == given[1] and stored[2] == "sweep.seed=3", "interpolations and plain values are kept"
+    with pytest.raises(BadInput, match="tracking.password: its value was a secret"):
+        redaction.restore_overrides(stored[:1], [])
+    again = redaction.restore_overrides(stored[:3], ["+tracking.password=hunter2-xyz", "sweep.seed=4"])
+    assert again == ["+tracking.password=hunter2-xyz", given[1], "sweep.seed=3", "sweep.seed=4"]
+
+
+def test_env_secret_references_are_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPS_T_API_TOKEN", "env-secret-3141")
+    monkeypatch.setenv("SWEEPS_T_PLAIN", "not-a-secret")
+    found = redaction.env_secrets({"a": ["${oc.env:SWEEPS_T_API_TOKEN}"], "b": "${oc.env:SWEEPS_T_PLAIN}"})
+    assert found == {"env-secret-3141"}
+    redaction.remember(found)
+    assert redaction.redact({"note": "x env-secret-3141 y"}) == {"note": f"x {redaction.REDACTED} y"}
+
+
+def test_tracker_pickles_no_secret(tmp_path: Path) -> None:
+    from sweeps.tracking.callback import _Tracker
+
+    t = _Tracker(uri="http://admin:Pickle-pw-6620@127.0.0.1:1", experiment_id="1", parent_run_id="p",
+                 sweep_id="s", metric="m", mode="max", secrets={"Extra-sec-0091"},
+                 fixed_params={"api_key": "Param-sec-4478", "db": "postgresql://u:Url-sec-9034@h/d", "lr": 0.1})
+    blob = pickle.dumps(t)
+    for secret in (b"Pickle-pw-6620", b"Extra-sec-0091", b"Param-sec-4478", b"Url-sec-9034"):
+        assert secret not in blob, secret
+    assert pickle.loads(blob).fixed_params["lr"] == 0.1
+
+
+# -- bounds --------------------------------------------------------------------------------------------------
+
+
+def test_billion_laughs_is_counted_not_expanded() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+    assert limits.yaml_expansion(bomb) > limits.MAX_EXPANDED
+    assert limits.yaml_expansion("a: &a [1, 2]\nb: *a\n") == 9  # map, 2 keys, 2 lists of 2
+
+
+def test_interpolation_bomb_is_sized_before_resolving() -> None:
+    cfg = {"l0": ["x" * 10] * 10, **{f"l{i}": [f"${{l{i - 1}}}"] * 10 for i in range(1, 9)}}
+    assert limits.interpolation_size(cfg) > limits.MAX_RESOLVED
+    assert limits.interpolation_size({"a": 1, "b": "${a}", "c": {"d": "${..a}"}}) < 50
+
+
+# -- exposure, token, loopback --------------------------------------------------------------------------------
+
+
+def test_ui_exposure_needs_auth_or_insecure() -> None:
+    from sweeps.tracking.ui import check_exposure, ui_command
+
+    assert check_exposure("127.0.0.1", False, False) is None
+    with pytest.raises(BadInput, match="--host: '0.0.0.0' is not a loopback address.*--auth.*--insecure"):
+        check_exposure("0.0.0.0", False, False)
+    assert "user and password" in (check_exposure("0.0.0.0", True, False) or "")
+    assert "no authentication" in (check_exposure("0.0.0.0", False, True) or "")
+    cmd = ui_command("sqlite:////tmp/x/mlflow.db", "0.0.0.0", 5000, auth=True)
+    assert cmd[cmd.index("--app-name") + 1] == "basic-auth" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    assert "--app-name" not in ui_command("sqlite:////tmp/x/mlflow.db", "127.0.0.1", 5000, auth=False)
+
+
+def test_basic_auth_app_exists_in_this_mlflow() -> None:
+    from importlib.metadata import entry_points
+
+    assert "basic-auth" in {e.name for e in entry_points(group="mlflow.app")}
+
+
+def test_driver_gets_token_mode_only_with_a_token(tmp_path: Path) -> None:
+    from sweeps.execution.raystart import driver_auth_env, token_source
+
+    assert driver_auth_env({}, str(tmp_path)) == {}
+    assert driver_auth_env({"RAY_AUTH_TOKEN": "t"}, str(tmp_path)) == {"RAY_AUTH_MODE": "token"}
+    assert driver_auth_env({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "none")}, str(tmp_path)) == {}
+    (tmp_path / "tok").write_text("t")
+    assert token_source({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "tok")}, str(tmp_path)) == "RAY_AUTH_TOKEN_PATH"
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert driver_auth_env({}, str(tmp_path)) == {"RAY_AUTH_MODE": "token"}
+    assert driver_auth_env({"RAY_AUTH_MODE": "disabled"}, str(tmp_path)) == {}, "an explicit mode is respected"
+
+
+def test_connection_error_names_the_variables() -> None:
+    from sweeps.execution.raystart import TOKEN_HELP
+
+    for name in ("RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token"):
+        assert name in TOKEN_HELP
+    assert redaction.scrub(TOKEN_HELP) == TOKEN_HELP, "the CLI's scrub must not mangle the help"
+
+
+def test_loopback_switch_is_set_and_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray._private.ray_constants as rc
+    import ray._private.services as services
+
+    from sweeps.execution import loopback
+
+    monkeypatch.delenv(loopback.SWITCH, raising=False)
+    before = rc.ENABLE_RAY_CLUSTER
+    loopback.enter_local()
+    try:
+        assert services.get_node_ip_address() == "127.0.0.1"
+        import os
+
+        assert os.environ[loopback.SWITCH] == "0"
+    finally:
+        loopback.leave_local()
+    assert rc.ENABLE_RAY_CLUSTER == before and loopback.SWITCH not in __import__("os").environ
+
+
+def test_private_ray_names_the_loopback_backend_needs() -> None:
+    """Pins the private Ray Train names sweeps.execution.loopback subclasses (ray 2.60)."""
+    import inspect
+
+    from ray.train._internal.worker_group import WorkerGroup  # noqa: F401
+    from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend
+
+    assert callable(_set_torch_distributed_env_vars)
+    assert list(inspect.signature(_TorchBackend.on_start).parameters) == ["self", "worker_group", "backend_config"]
+    assert isinstance(TorchConfig().backend_cls, type)
+    import torch.distributed as dist
+
+    assert "master_listen_fd" in (dist.TCPStore.__init__.__doc__ or "") + str(dist.TCPStore.__doc__)
+
+
+# -- through the CLI ------------------------------------------------------------------------------------------
+
+
+def test_dry_run_lists_allowlist_additions(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    from sweeps.cli import main as cli_main
+
+    assert cli_main.main(["run", "+experiment=quickstart", "security.allowed_targets=[mypkg_dry]", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "added by security.allowed_targets: mypkg_dry" in out and "targets allowed: trainables" in out
+
+
+def test_schedule_replay_checks_targets_again(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    """An entry edited on disk after `schedule add` is checked again when it replays: no sweep starts."""
+    from sweeps.cli import main as cli_main
+    from sweeps.ops import schedule
+
+    home = schedule.paths.home()
+    schedule.save_entry(schedule.Entry(
+        name="edited", overrides=["+experiment=quickstart", "searcher._target_=trainables.common.os.system"],
+        cron="0 2 * * *", tz=None, kind="external", project=str(sweeps_env.root), home=str(home)))
+    assert cli_main.main(["schedule", "run", "edited"]) == 2
+    assert "searcher._target_: target 'trainables.common.os.system' resolves" in capsys.readouterr().err
+    assert not (home / "sweeps").exists() and not (home / "ray").exists(), "a sweep was started"
+    assert (schedule.read_state("edited") or {}).get("exit_code") == 2
+
+
+def test_cli_errors_are_scrubbed(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    from sweeps.cli import main as cli_main
+
+    rc = cli_main.main(["run", "+experiment=quickstart", "tracking.uri=http://u:Echo-sec-1212@127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "tracking.uri" in err and "Echo-sec-1212" not in err, err
