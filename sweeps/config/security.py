@@ -106,7 +106,8 @@ def check_targets(cfg: Mapping[str, Any], extra: Iterable[str] = ()) -> list[str
         try:
             resolve(target, allowed)
         except TargetRefused as exc:
-            errors.append(f"{key}: target {_advice(exc)}")
+            text = _advice(exc)
+            errors.append(f"{key}: target {text}" if text.startswith("'") else f"{key}: {text}")
     return errors
 
 

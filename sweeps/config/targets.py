@@ -13,6 +13,7 @@ So ``sweeps.ops.run.os.system`` (the ``os`` module reached through an allowed on
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import inspect
@@ -60,18 +61,24 @@ def _parts(path: Any) -> list[str]:
 
 def _step(obj: Any, parts: list[str], m: int) -> Any:
     """One step of Hydra's walk: ``getattr``, else import ``parts[:m+1]`` as a submodule."""
-    path = ".".join(parts)
     try:
         return getattr(obj, parts[m])
     except AttributeError:
         if not isinstance(obj, ModuleType):
-            raise TargetRefused(f"{path!r} cannot be imported: {'.'.join(parts[:m])} has no attribute "
-                                f"{parts[m]!r}") from None
+            raise TargetRefused(f"{'.'.join(parts[:m])!r} has no {parts[m]!r}") from None
+    mod = ".".join(parts[:m + 1])
     try:
-        return importlib.import_module(".".join(parts[:m + 1]))
+        return importlib.import_module(mod)
+    except ModuleNotFoundError as exc:
+        if exc.name != mod:  # the module exists but something it imports does not
+            raise TargetRefused(f"cannot import module {mod!r} of {'.'.join(parts)!r} ({exc})") from None
+        names = [n for n in dir(obj) if not n.startswith("_")]
+        close = difflib.get_close_matches(parts[m], names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(f'{obj.__name__}.{c}' for c in close)}?" if close else ""
+        raise TargetRefused(f"module {obj.__name__!r} has no {parts[m]!r}{hint}") from None
     except Exception as exc:
-        raise TargetRefused(f"{path!r} cannot be imported: {'.'.join(parts[:m + 1])!r} fails "
-                            f"({type(exc).__name__}: {exc})") from None
+        raise TargetRefused(f"cannot import module {mod!r} of {'.'.join(parts)!r} ({type(exc).__name__}: "
+                            f"{exc})") from None
 
 
 def _module_of(obj: Any) -> str:
@@ -95,10 +102,12 @@ def resolve(path: Any, allowed: Iterable[str]) -> Any:
     try:
         obj: Any = importlib.import_module(parts[0])
     except Exception as exc:
-        raise TargetRefused(f"{path!r} cannot be imported: {parts[0]!r} fails ({type(exc).__name__}: "
-                            f"{exc})") from None
+        raise TargetRefused(f"cannot import module {parts[0]!r} of {path!r} ({type(exc).__name__}: {exc})"
+                            ) from None
     for m in range(1, len(parts) + 1):
         so_far = ".".join(parts[:m])
+        if m == len(parts) and (isinstance(obj, ModuleType) or not callable(obj)):
+            raise TargetRefused(f"{path!r} is a {type(obj).__name__}, not a function or class")
         where = _module_of(obj)
         ok = inside(where, prefixes) or (isinstance(obj, ModuleType) and where == so_far
                                          and _parent_of_allowed(so_far, prefixes))
@@ -107,8 +116,6 @@ def resolve(path: Any, allowed: Iterable[str]) -> Any:
                                 f"the allowed packages ({', '.join(prefixes)})")
         if m < len(parts):
             obj = _step(obj, parts, m)
-    if isinstance(obj, ModuleType) or not callable(obj):
-        raise TargetRefused(f"{path!r} is a {type(obj).__name__}, not a class or function")
     return obj
 
 
