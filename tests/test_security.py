@@ -266,3 +266,17 @@ def test_cli_errors_are_scrubbed(sweeps_env, capsys: pytest.CaptureFixture[str])
     rc = cli_main.main(["run", "+experiment=quickstart", "tracking.uri=http://u:Echo-sec-1212@127.0.0.1:9"])
     err = capsys.readouterr().err
     assert rc == 2 and "tracking.uri" in err and "Echo-sec-1212" not in err, err
+
+
+@pytest.mark.parametrize("experiment", ["digits_optuna", "digits_hyperopt", "digits_pbt", "digits_pb2",
+                                        "digits_grid", "quickstart"])
+def test_bundled_searchers_and_schedulers_build_through_the_allowlist(experiment: str, sweeps_env) -> None:  # noqa: ANN001
+    from sweeps.execution.searchers import build_scheduler, build_searcher
+    from sweeps.ops.prepare import prepare
+
+    spec = prepare([f"+experiment={experiment}"])
+    searcher, scheduler = build_searcher(spec, 2), build_scheduler(spec)
+    assert type(searcher).__module__.startswith("ray.tune.search")
+    assert type(scheduler).__module__.startswith("ray.tune.schedulers")
+    if experiment == "digits_optuna":
+        assert type(searcher._sampler).__name__ == "TPESampler"  # the nested _target_ was built too

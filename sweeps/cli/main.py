@@ -43,6 +43,15 @@ def _handler() -> logging.Handler:
     return h
 
 
+def _ui_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--host", default="127.0.0.1",
+                    help="interface to listen on (default 127.0.0.1); any other needs --auth or --insecure")
+    sp.add_argument("--port", type=int, default=5000)
+    sp.add_argument("--tracking-uri", default=None)
+    sp.add_argument("--auth", action="store_true", help="MLflow's basic-auth app: a user and password on every request")
+    sp.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without authentication")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sweeps",
                                 description="Hyperparameter sweeps on Ray Tune + Ray Train, tracked in MLflow.")
@@ -86,14 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("name", nargs="?", default=None)
             sp.add_argument("--tracking-uri", default=None)
         elif name == "ui":
-            sp.add_argument("--host", default="127.0.0.1",
-                            help="interface to listen on (default 127.0.0.1); any other needs --auth or --insecure")
-            sp.add_argument("--port", type=int, default=5000)
-            sp.add_argument("--auth", action="store_true",
-                            help="MLflow's basic-auth app: a user and password on every request")
-            sp.add_argument("--insecure", action="store_true",
-                            help="allow a non-loopback --host without authentication")
-            sp.add_argument("--tracking-uri", default=None)
+            _ui_arguments(sp)
         elif name == "doctor":
             sp.add_argument("--tracking-uri", default=None)
             sp.add_argument("--storage", default=None)

@@ -70,7 +70,7 @@ def _step(obj: Any, parts: list[str], m: int) -> Any:
     try:
         return importlib.import_module(mod)
     except ModuleNotFoundError as exc:
-        if exc.name != mod:  # the module exists but something it imports does not
+        if exc.name != mod or hasattr(obj, "__path__"):  # a package without it, or a module that fails inside
             raise TargetRefused(f"cannot import module {mod!r} of {'.'.join(parts)!r} ({exc})") from None
         names = [n for n in dir(obj) if not n.startswith("_")]
         close = difflib.get_close_matches(parts[m], names, n=3, cutoff=0.6)
