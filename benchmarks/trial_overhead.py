@@ -14,6 +14,21 @@ trial's last result, ``first`` = ``last`` minus the trainable's own report-to-re
   per report = mean gap between reports beyond the trainable's compute + data time.
 
     python benchmarks/trial_overhead.py [--workers 1 2 4] [--trials 3] [--epochs 3] [--handwritten]
+
+--stages (issue 22): each stage of a trial's start-up, in seconds after its Tune start, median over trials,
+from the stamps `sweeps` writes when $SWEEPS_STAGE_LOG is set (sweeps/execution/stages.py: trial actor up,
+Train controller up, placement group ready, workers up, process group ready, the loop started on every rank,
+the driver got the first epoch; plus Train V2's own debug timings, and which actors landed on warm
+processes). Cases: N workers one trial at a time ("1", "2", "4") and two trials at a time ("2x2"). Variants
+(a checkout, optionally with env vars) run alternately case by case, so each comparison is one run:
+
+    python benchmarks/trial_overhead.py --stages --trials 3 --epochs 3 --cases 1 2 4 2x2 \
+        --variant before=/work/main --variant after=. --variant after-nowarm=.,SWEEPS_WARM_POOL=0
+
+A checkout without the stamps (before issue 22) still gets the old "start -> first epoch" figure.
+
+--quickstart: the whole quickstart (`run +experiment=quickstart`, report included), each variant in turn,
+--repeat times: process wall, Tuner.fit, CPU of the process tree, trials/epochs trained, best result.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from _common import (  # noqa: E402
     run_sweeps,
     run_timed,
     stats,
+    trial_rows,
     trial_timeline,
 )
 
@@ -51,6 +67,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bridge", choices=("callback", "queue"), default="callback")
     p.add_argument("--decompose", action="store_true", help="Train-only phases (no Tune), see above")
     p.add_argument("--repeat", type=int, default=3, help="--decompose: fits per (setting, workers, trainer)")
+    p.add_argument("--stages", action="store_true", help="per-stage start-up of each variant (see above)")
+    p.add_argument("--cases", nargs="+", default=["1", "2", "4", "2x2"])
+    p.add_argument("--variant", action="append", default=[], help="LABEL=CHECKOUT[,KEY=VALUE...]")
+    p.add_argument("--quickstart", action="store_true", help="whole quickstart per variant (see above)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return p.parse_args()
 
@@ -210,8 +230,100 @@ def handwritten_case(workers: int, a: argparse.Namespace) -> None:
     print(f"  per report beyond training  : {stats(c['report'])}", flush=True)
 
 
+def variants(a: argparse.Namespace) -> list[tuple[str, Path, dict[str, str]]]:
+    out = []
+    for v in a.variant or [f"this={REPO}"]:
+        label, _, rest = v.partition("=")
+        path, *envs = rest.split(",")
+        out.append((label, Path(path).resolve(), dict(e.split("=", 1) for e in envs)))
+    return out
+
+
+def stage_run(checkout: Path, env: dict[str, str], workers: int, conc: int, a: argparse.Namespace
+              ) -> tuple[float, dict[str, dict[str, float]], list[float], dict[str, str]]:
+    """One `sweeps run` (FIFO): (process wall, stages per trial, old-style start costs, landing)."""
+    from _stages import landing, per_trial, read_stamps
+
+    home = Path(tempfile.mkdtemp(prefix="bench-stages-"))
+    log = home / "stages.jsonl"
+    extra = {"SWEEPS_HOME": str(home), "SWEEPS_STAGE_LOG": str(log), "PYTHONPATH": str(checkout),
+             "SWEEPS_CONF_DIR": str(checkout / "conf"), **env}
+    n = a.trials * (2 if conc > 1 else 1)
+    cmd = [sys.executable, "-m", "sweeps", "run", "+experiment=quickstart", "scheduler=fifo",
+           f"sweep.num_samples={n}", f"trainable.params.epochs={a.epochs}", f"trainable.num_workers={workers}",
+           f"sweep.max_concurrent_trials={conc}", "report.enabled=false"]
+    try:
+        wall, _ = run_timed(cmd, home, extra)
+        (rec_path,) = list((home / "sweeps").glob("*.json"))
+        exp = json.loads(rec_path.read_text())["experiment_dirs"][0]
+        timeline = trial_timeline(exp)
+        stamps = read_stamps(log)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    stages = per_trial(stamps, {t["trial_id"]: t["start"] for t in timeline if t["start"]})
+    return wall, stages, costs(timeline)["start"], landing(stamps)
+
+
+def stages_main(a: argparse.Namespace) -> None:
+    from _common import median
+    from _stages import STAGES
+
+    vs = variants(a)
+    names = ", ".join(f"{lb}={p} {e or ''}" for lb, p, e in vs)
+    print(f"trial_overhead --stages: {a.trials} trials (x2 for two at a time) x {a.epochs} epochs, FIFO; "
+          f"variants: {names}; load {load_average()}", flush=True)
+    for case in a.cases:
+        workers, conc = (int(case.split("x")[1]), 2) if "x" in case else (int(case), 1)
+        for label, checkout, env in vs:
+            wall, stages, starts, land = stage_run(checkout, env, workers, conc, a)
+            keys = [k for k in (*STAGES, "pg_ready") if any(k in s for s in stages.values())]
+            keys += sorted({k for s in stages.values() for k in s if k not in keys})
+            print(f"[{case}] {label}: process {wall:.1f} s; {LAST_RUN['others']}; load {load_average()}")
+            print(f"  start -> first epoch (old measure): {stats(starts)}")
+            for k in dict.fromkeys(keys):
+                vals = [s[k] for s in stages.values() if k in s]
+                print(f"  {k:<28}: {median(vals):6.2f} s  (n={len(vals)}, min {min(vals):.2f}, max {max(vals):.2f})")
+            if stages:
+                print("  landing: " + "; ".join(f"{k} {v}" for k, v in land.items()), flush=True)
+
+
+def quickstart_main(a: argparse.Namespace) -> None:
+    from _common import median
+
+    vs = variants(a)
+    print(f"trial_overhead --quickstart: {a.repeat} run(s) per variant, alternating; load {load_average()}")
+    walls: dict[str, list[float]] = {lb: [] for lb, _, _ in vs}
+    for i in range(a.repeat):
+        for label, checkout, env in (vs if i % 2 == 0 else vs[::-1]):
+            home = Path(tempfile.mkdtemp(prefix="bench-qs-"))
+            extra = {"SWEEPS_HOME": str(home), "PYTHONPATH": str(checkout), "SWEEPS_CONF_DIR": str(checkout / "conf"),
+                     **env}
+            try:
+                wall, _ = run_timed([sys.executable, "-m", "sweeps", "run", "+experiment=quickstart"], home, extra)
+                (rec_path,) = list((home / "sweeps").glob("*.json"))
+                rec = json.loads(rec_path.read_text())
+                rows = sum(len(r) for r in trial_rows(rec).values())
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
+            walls[label].append(wall)
+            c = rec["counts"]
+            print(f"  {label}: process {wall:.1f} s, Tuner.fit {rec['wall_s']:.1f} s, CPU {LAST_RUN['cpu_s']:.0f} s; "
+                  f"{c['total']} trials ({c['completed']} completed, {c['early_stopped']} early-stopped, "
+                  f"{c['failed']} failed), {rows} epochs; best {rec['best'].get('value', float('nan')):.4f}; "
+                  f"{LAST_RUN['others']}; load {load_average()}", flush=True)
+    base = median(walls[vs[0][0]])
+    for label, ws in walls.items():
+        print(f"{label}: median process wall {median(ws):.1f} s = {median(ws) / base:.2f}x {vs[0][0]}")
+
+
 def main() -> None:
     a = parse_args()
+    if a.quickstart:
+        quickstart_main(a)
+        return
+    if a.stages:
+        stages_main(a)
+        return
     if a.child == "decompose":
         decompose_child(a)
         return

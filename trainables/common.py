@@ -77,18 +77,23 @@ def resume_checkpoint(config: dict[str, Any]) -> Any | None:
     """The checkpoint to resume from, or None for a fresh start.
 
     A restarted Train worker group (``ray.train.FailureConfig``) sees its own latest checkpoint through
-    ``ray.train.get_checkpoint()``; that one wins. Otherwise the orchestrator may pass a directory in
-    ``config["_resume_from"]`` (PBT exploit, Tune retry, ``sweeps resume``).
+    ``ray.train.get_checkpoint()``; that one wins. So does the checkpoint the orchestrator seeds a new Train
+    run with (PBT exploit, Tune retry, ``sweeps resume``). ``config["_resume_from"]`` names the same
+    checkpoint, for loops run without that seeding: a ``ray.train.Checkpoint`` (path + filesystem), or a
+    string that is a local path or a URI with its scheme (``s3://bucket/...``: a bare ``bucket/...`` would
+    be read as a local path).
     """
     import ray.train
 
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         return ckpt
-    path = config.get(RESUME_KEY)
-    if path:
-        return ray.train.Checkpoint(path)
-    return None
+    given = config.get(RESUME_KEY)
+    if not given:
+        return None
+    if hasattr(given, "path") and hasattr(given, "filesystem"):
+        return given
+    return ray.train.Checkpoint(str(given))
 
 
 def set_threads(config: dict[str, Any]) -> None:

@@ -85,7 +85,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():
         return
-    runtime_env: dict[str, Any] = {"env_vars": env}
+    runtime_env = job_runtime_env(spec, env)
     if spec.cluster.mode == "local":
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         ray.init(
@@ -96,6 +96,8 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
             logging_level=logging.WARNING,
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
+            **state_api_settings(),
+            **worker_pool_settings(),
         )
         return
     address = spec.cluster.address or os.environ.get("RAY_ADDRESS")
@@ -113,6 +115,56 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
                        f"does this process have its token? A driver needs {TOKEN_HELP} (now: RAY_AUTH_MODE="
                        f"{os.environ.get('RAY_AUTH_MODE', '(unset)')}, token from "
                        f"{token_source(os.environ, os.path.expanduser('~')) or 'nowhere'})") from None
+
+
+def job_runtime_env(spec: SweepSpec, env: dict[str, str]) -> dict[str, Any] | None:
+    """The job's ``runtime_env``: none on the embedded local Ray, ``{"env_vars": env}`` on a cluster.
+
+    Locally every Ray process descends from this one, so the variables are set here (the sweep's values
+    win) and inherited. With no job-level runtime environment the Tune trial actors land on the processes
+    Ray prestarts for the first driver; with one, every actor needs a fresh process (docs/ray.md,
+    "Trial start-up").
+    """
+    if spec.cluster.mode == "local":
+        os.environ.update(env)
+        return None
+    return {"env_vars": env}
+
+
+def worker_pool_settings() -> dict[str, Any]:
+    """Local mode: whether Ray prestarts idle processes (one per logical CPU) when the driver connects.
+
+    Only actors with the job's runtime environment can use them: the Tune trial actors (Train's controller
+    and workers carry their own ``env_vars`` and always get fresh processes; docs/ray.md, "Trial start-up").
+    ``SWEEPS_PRESTART=0`` turns it off (a benchmark lever).
+    """
+    if os.environ.get("SWEEPS_PRESTART", "1") != "0":
+        return {}
+    return {"_system_config": {"prestart_worker_first_driver": False}}
+
+
+def state_api_settings() -> dict[str, Any]:
+    """Local mode: the dashboard on a port chosen here, and ``RAY_API_SERVER_ADDRESS`` naming it.
+
+    Train's placement-group cleaner (one per trial start) finds its cluster through the State API with no
+    address; when another Ray runs on the same host (a second sweep, a test) that lookup fails with "Found
+    multiple active Ray instances", the cleaner stops, and the worker group of every trial that a scheduler
+    paused or stopped keeps its placement group: later trials wait for CPUs until their start-up times
+    out. Every Ray process inherits this variable, so the lookup names this cluster's dashboard.
+    """
+    import socket
+
+    global _api_address
+    if os.environ.get("RAY_API_SERVER_ADDRESS") and os.environ["RAY_API_SERVER_ADDRESS"] != _api_address:
+        return {}  # the user's own
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    _api_address = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+    return {"dashboard_port": port}
+
+
+_api_address: str | None = None
 
 
 _stopping: threading.Thread | None = None

@@ -1,11 +1,13 @@
 """The per-trial Tune function: builds one Ray Train ``TorchTrainer`` and bridges it to Tune.
 
 Train V2 checkpoints are not Tune checkpoints. The bridge (docs/ray.md, "The Train -> Tune bridge"): a Train
-``UserCallback`` in the controller forwards rank 0's ``(metrics, checkpoint)`` through a 0-CPU queue; this
-driver re-reports each with ``ray.tune.report(..., checkpoint=ray.tune.Checkpoint(...))``. So PBT can exploit,
-Tune can retry and resume, and a trial's Tune checkpoint (the PBT donor's, a retry's, a resume's) is handed to
-the workers through ``train_loop_config["_resume_from"]``. The Train run gets a unique name per start, or
-Train V2 would auto-resume from its own latest checkpoint and override the donor's.
+``UserCallback`` in the controller sends rank 0's ``(metrics, checkpoint)`` over a private socket
+(``sweeps.execution.bridge``) and waits; this driver re-reports each with ``ray.tune.report(...,
+checkpoint=...)``, which copies the checkpoint into the trial's folder, then acks. So PBT can exploit, Tune can
+retry and resume, and Train (keeping one checkpoint) never deletes one Tune has not copied yet. A trial's Tune
+checkpoint (the PBT donor's, a retry's, a resume's) seeds the Train run, so ``ray.train.get_checkpoint()``
+returns it on every worker; it is also in ``train_loop_config["_resume_from"]`` (a URI) for older loops. The
+Train run gets a unique name per start, and its folder is deleted when ``fit()`` ends (Tune holds copies).
 """
 
 from __future__ import annotations
@@ -13,17 +15,20 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps import uris
 from sweeps.config.targets import import_dotted
+from sweeps.execution import bridge, keeper, stages
 
 log = logging.getLogger(__name__)
 
 RESUME_KEY = "_resume_from"  # same key as trainables.common.RESUME_KEY
 NONFINITE_FLAG = "sweeps/nonfinite"
+TRAIN_KEEP = 1  # Train's own checkpoints per run: the bridge's ack makes its latest the only one Tune may need
 
 
 @dataclass(frozen=True)
@@ -62,36 +67,29 @@ def sanitize(metrics: dict[str, Any], metric: str, mode: str) -> dict[str, Any]:
     return out
 
 
-def _bridge_callback(queue: Any) -> Any:
-    from ray.train.v2.api.callback import UserCallback
+def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id: str,
+                seed: Any = None) -> dict[str, Any]:
+    """What every Train worker gets: fixed params, the trial's sample, and the bridge's keys.
 
-    class Bridge(UserCallback):  # type: ignore[misc]
-        """Runs in the Train controller: forwards rank 0's metrics and the persisted checkpoint."""
-
-        def __init__(self, q: Any) -> None:
-            self.q = q
-
-        def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-            self.q.put((dict(metrics[0]), checkpoint))
-
-    return Bridge(queue)
-
-
-def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id: str) -> dict[str, Any]:
-    """What every Train worker's ``train_loop`` gets: fixed params, the trial's sample, and the bridge's keys."""
+    ``start`` is the checkpoint Tune handed the trial; ``seed`` the copy of it to seed the Train run with (a
+    pinned PBT donor's, see ``sweeps.execution.keeper``). The seeding keys are popped before the user's loop.
+    """
+    seed = seed if seed is not None else start
     return {
         **setup.params,
         **setup.extra_config,
         **config,
         "cpus_per_worker": setup.resources_per_worker.get("CPU", 1),
         "checkpoint_every": setup.checkpoint_every,
-        RESUME_KEY: uris.to_uri(start.path, start.filesystem) if start is not None else None,
+        RESUME_KEY: uris.to_uri(seed.path, seed.filesystem) if seed is not None else None,
         "_trial_id": trial_id,
+        bridge.SEED_CONFIG: seed,
+        bridge.LOOP_CONFIG: setup.loop,
     }
 
 
-def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue: Any) -> Any:
-    """One TorchTrainer for one (re)start of the trial, reporting through the bridge's queue."""
+def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, channel: bridge.Channel) -> Any:
+    """One TorchTrainer for one (re)start of the trial, reporting through the bridge's channel."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -101,7 +99,7 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue
     # (each worker reads its shard with ray.train.get_dataset_shard(name)).
     datasets = import_dotted(setup.datasets)(config) if setup.datasets else None
     return TorchTrainer(
-        import_dotted(setup.loop),
+        bridge.seeded_loop,
         train_loop_config=config,
         datasets=datasets,
         torch_config=torch_config(),  # a 127.0.0.1-only rendezvous on a loopback-only (embedded) Ray
@@ -112,51 +110,56 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue
             placement_strategy=setup.placement_strategy,
         ),
         run_config=ray.train.RunConfig(
-            name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
+            name=run_name,
             storage_path=setup.train_dir,
-            callbacks=[_bridge_callback(queue)],
+            callbacks=[bridge.bridge_callback(channel.address, channel.token), *stages.train_callbacks()],
             # A finite controller_failure_limit: the default (-1) retries worker start-up forever (docs/ray.md).
             failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
                                                    controller_failure_limit=3),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=TRAIN_KEEP),
         ),
     )
 
 
-def pump(queue: Any, thread: threading.Thread, setup: TrialSetup) -> None:
-    """Re-report every (metrics, checkpoint) the controller sends until ``fit()`` has ended and all is drained."""
-    import ray.tune
-    from ray.util.queue import Empty
+def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, trial_id: str) -> int:
+    """Re-report every (metrics, checkpoint) the controller sends, ack each, until ``fit()`` has ended.
 
-    def forward(item: tuple[dict[str, Any], Any]) -> None:
+    Returns how many checkpoints were forwarded. ``ray.tune.report`` returns once Tune has copied the
+    checkpoint and taken the result; only then is the controller let go on.
+    """
+    import ray.tune
+
+    forwarded = 0
+    while True:
+        item = channel.receive(timeout=0.25)
+        if item is None:
+            if thread.is_alive():
+                continue
+            item = channel.receive(timeout=0.0)  # fit() ended: whatever was sent last
+            if item is None:
+                return forwarded
         metrics, ckpt = item
         metrics = sanitize(metrics, setup.metric, setup.mode)
         tune_ckpt = ray.tune.Checkpoint(ckpt.path, ckpt.filesystem) if ckpt is not None else None
+        if forwarded == 0:
+            stages.stamp(trial_id, "first_report")
         ray.tune.report(metrics, checkpoint=tune_ckpt)
-
-    while True:
-        try:
-            forward(queue.get(timeout=0.25))
-            continue
-        except Empty:
-            pass
-        if thread.is_alive():
-            continue
-        while not queue.empty():  # fit() ended: drain what the controller put last
-            forward(queue.get_nowait())
-        return
+        forwarded += ckpt is not None
+        channel.ack()
 
 
 def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     """Tune function trainable: one TorchTrainer per (re)start of the trial."""
-    import ray
     import ray.tune
-    from ray.util.queue import Queue
 
+    ctx = ray.tune.get_context()
+    trial_id = ctx.get_trial_id()
+    stages.stamp(trial_id, "trial_up")
     start = ray.tune.get_checkpoint()
-    trial_id = ray.tune.get_context().get_trial_id()
-    queue = Queue(actor_options={"num_cpus": 0})  # 0 CPU: it must not eat the trial's placement group
-    trainer = make_trainer(setup, loop_config(config, setup, start, trial_id), trial_id, queue)
+    seed = keeper.seed_for(start, ctx.get_storage())
+    run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
+    channel = bridge.Channel()
+    trainer = make_trainer(setup, loop_config(config, setup, start, trial_id, seed), run_name, channel)
     outcome: dict[str, BaseException] = {}
 
     def fit() -> None:
@@ -167,11 +170,24 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
 
     thread = threading.Thread(target=fit, name=f"fit-{trial_id}", daemon=True)
     thread.start()
-    pump(queue, thread, setup)
-    thread.join()
     try:
-        ray.kill(queue.actor)  # type: ignore[arg-type]
-    except Exception:  # best effort: the actor dies with the trial anyway
-        pass
+        pump(channel, thread, setup, trial_id)
+    finally:
+        # Tune stopping the trial raises out of ray.tune.report: closing the channel makes the controller
+        # end its run at its next report, so a reused trial actor is left with no Train run behind.
+        channel.close()
+        thread.join(timeout=None if "error" in outcome or not thread.is_alive() else 5.0)
+        if not thread.is_alive():
+            _delete_train_run(uris.join(setup.train_dir, run_name))
     if "error" in outcome:
         raise outcome["error"]
+
+
+def _delete_train_run(location: str) -> None:
+    """Train's copy of every checkpoint is in Tune's trial folder by now (each was acked): drop Train's."""
+    t0 = time.monotonic()
+    try:
+        uris.delete_dir(location)
+    except Exception as exc:  # best effort: the experiment-end sweep deletes what is left
+        log.warning("could not delete the Train run folder %s (%s)", location, exc)
+    log.debug("deleted %s in %.2f s", location, time.monotonic() - t0)

@@ -16,6 +16,20 @@ from sweeps.execution.searchers import build_scheduler, build_searcher, is_resto
 from sweeps.execution.trial import TrialSetup, run_trial
 
 
+def train_dir(spec: SweepSpec, sweep_id: str) -> str:
+    """Where each trial start's Train run folder goes (deleted when its ``fit()`` ends)."""
+    return uris.join(spec.storage_path, f"{sweep_id}-train")
+
+
+def run_callbacks(spec: SweepSpec, sweep_id: str) -> list[Any]:
+    """The Tuner's own callbacks (after the tracker): result loggers and the checkpoint keeper (PBT pins,
+    clean-up). ``sweeps resume`` sets them again on a restored Tuner."""
+    from sweeps.execution import keeper
+    from sweeps.execution.tune_logs import result_loggers
+
+    return [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id))]
+
+
 def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
     t = spec.trainable
     resources = {k.upper() if k.lower() in ("cpu", "gpu") else k: v for k, v in t.resources_per_worker.items()}
@@ -24,7 +38,7 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
     return TrialSetup(
         loop=t.loop, params=dict(t.params), num_workers=t.num_workers, use_gpu=t.use_gpu,
         resources_per_worker=resources, placement_strategy=t.placement_strategy,
-        storage_path=spec.storage_path, train_dir=uris.join(spec.storage_path, f"{sweep_id}-train"),
+        storage_path=spec.storage_path, train_dir=train_dir(spec, sweep_id),
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
         checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed}, datasets=t.datasets,
     )
@@ -45,6 +59,11 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
 USER_PENDING = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # a value the user set wins
 
 
+def reuse_actors() -> bool:
+    """Whether a finished trial's actor (its driver process) runs the next trial: ``SWEEPS_REUSE_ACTORS``."""
+    return os.environ.get("SWEEPS_REUSE_ACTORS", "0") == "1"
+
+
 def rungs(spec: SweepSpec) -> tuple[int, ...]:
     """The iterations where ASHA/HyperBand decide (grace x reduction^k): where a trial ends without waste."""
     sched = spec.scheduler
@@ -63,8 +82,6 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
                 num_samples: int | None = None, name: str | None = None) -> Any:
     """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one)."""
     from ray import tune
-
-    from sweeps.execution.tune_logs import result_loggers
 
     scheduler = build_scheduler(spec)
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
@@ -94,11 +111,12 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
         time_budget_s=spec.sweep.time_budget_s,
+        reuse_actors=reuse_actors(),
     )
     run_config = tune.RunConfig(
         name=name or sweep_id,
         storage_path=spec.storage_path,
-        callbacks=[*callbacks, *extra, *result_loggers()],
+        callbacks=[*callbacks, *extra, *run_callbacks(spec, sweep_id)],
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,

@@ -38,7 +38,6 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     from ray import tune
 
     from sweeps.execution import tuner as tuner_mod
-    from sweeps.execution.tune_logs import result_loggers
 
     rec = store.load(sweep_id)
     exp_dir = rec.experiment_dirs[-1]
@@ -60,7 +59,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
         if internal is None:
             raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
-        internal.get_run_config().callbacks = [tracker, *result_loggers()]
+        internal.get_run_config().callbacks = [tracker, *tuner_mod.run_callbacks(spec, rec.sweep_id)]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
 

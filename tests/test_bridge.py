@@ -1,0 +1,180 @@
+"""The Train -> Tune bridge's parts without a Ray cluster: the channel and its ack, checkpoint copies, PBT pins
+and the clean-up, and the Ray internals the design leans on (pinned here, so a Ray upgrade that changes them
+fails a fast test instead of a sweep)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.fs as pafs
+import pytest
+
+from sweeps.execution import bridge, keeper
+
+
+def _controller_side(channel: bridge.Channel, token: bytes | None = None):  # noqa: ANN202
+    return bridge.bridge_callback(channel.address, token or channel.token)
+
+
+def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> None:
+    channel = bridge.Channel()
+    cb = _controller_side(channel)
+    done = threading.Event()
+
+    def controller() -> None:
+        cb.after_report(None, [{bridge.SEED_KEY: 1}], "seed")  # dropped: nothing is sent
+        cb.after_report(None, [{"epoch": 1}], "ckpt-1")
+        done.set()
+
+    t = threading.Thread(target=controller)
+    t.start()
+    try:
+        assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
+        time.sleep(0.3)
+        assert not done.is_set(), "the controller went on before Tune had taken the report"
+        channel.ack()
+        t.join(timeout=10)
+        assert done.is_set()
+        assert channel.receive(timeout=0.2) is None
+    finally:
+        channel.close()
+
+
+def test_a_closed_channel_ends_the_train_run_and_a_wrong_token_is_refused() -> None:
+    channel = bridge.Channel()
+    intruder = _controller_side(channel, token=b"x" * 16)
+    errors: list[BaseException] = []
+
+    def send(cb) -> None:  # noqa: ANN001
+        try:
+            cb.after_report(None, [{"epoch": 1}], None)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    t = threading.Thread(target=send, args=(intruder,))
+    t.start()
+    assert channel.receive(timeout=2) is None  # the intruder's connection was dropped unheard
+    t.join(timeout=10)
+    assert errors, "a peer without the token must not be served"
+    good = _controller_side(channel)
+    t = threading.Thread(target=send, args=(good,))
+    t.start()
+    assert channel.receive(timeout=30) is not None
+    channel.close()  # the driver goes away (Tune stopped the trial) before acking
+    t.join(timeout=10)
+    assert len(errors) == 2 and isinstance(errors[1], (EOFError, OSError, TimeoutError)), errors
+
+
+def test_the_callback_pickles_without_its_socket() -> None:
+    import cloudpickle
+
+    channel = bridge.Channel()
+    try:
+        cb = _controller_side(channel)
+        clone = cloudpickle.loads(cloudpickle.dumps(cb))
+        assert clone.address == channel.address and clone._sock is None
+    finally:
+        channel.close()
+
+
+def test_local_checkpoint_copies_are_hard_links(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "state.pt").write_bytes(b"weights")
+    (src / "sub" / "meta.json").write_text("{}")
+    fs = pafs.LocalFileSystem()
+    bridge.copy_checkpoint(str(src), fs, str(tmp_path / "dst"), fs)
+    assert (tmp_path / "dst" / "state.pt").read_bytes() == b"weights"
+    assert os.stat(src / "state.pt").st_ino == os.stat(tmp_path / "dst" / "state.pt").st_ino
+    assert (tmp_path / "dst" / "sub" / "meta.json").is_file()
+
+
+def _trial(tmp_path: Path, name: str, ckpt: Path | None) -> SimpleNamespace:
+    fs = pafs.LocalFileSystem()
+    path = tmp_path / "exp" / name
+    path.mkdir(parents=True, exist_ok=True)
+    checkpoint = SimpleNamespace(path=str(ckpt), filesystem=fs) if ckpt else None
+    return SimpleNamespace(trial_id=name, path=str(path), checkpoint=checkpoint, status="PAUSED",
+                           storage=SimpleNamespace(storage_filesystem=fs, trial_fs_path=str(path)))
+
+
+def test_a_donor_checkpoint_is_pinned_and_seeds_the_recipient(tmp_path: Path) -> None:
+    donor_ckpt = tmp_path / "exp" / "donor" / "checkpoint_000003"
+    donor_ckpt.mkdir(parents=True)
+    (donor_ckpt / "state.pt").write_bytes(b"donor")
+    recipient = _trial(tmp_path, "recipient", donor_ckpt)
+    own = _trial(tmp_path, "donor", donor_ckpt)  # its own checkpoint: nothing to pin
+    keeper._pin(recipient)
+    keeper._pin(own)
+    pin = Path(recipient.path) / keeper.pin_name(str(donor_ckpt))
+    assert (pin / "state.pt").read_bytes() == b"donor"
+    assert not list(Path(own.path).glob(f"{keeper.PIN_PREFIX}*"))
+    import shutil
+
+    shutil.rmtree(donor_ckpt)  # the donor's num_to_keep deleted it: the recipient still has its copy
+    (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").mkdir()
+    seed = keeper.seed_for(recipient.checkpoint, recipient.storage)
+    assert seed.path == str(pin)
+    assert not (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").exists(), "stale pins are dropped"
+
+
+def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None:
+    train_dir = tmp_path / "sweep-train"
+    (train_dir / "t1-abc123" / "checkpoint_x").mkdir(parents=True)
+    foreign = tmp_path / "exp" / "other" / "checkpoint_000001"
+    foreign.mkdir(parents=True)
+    waiting = _trial(tmp_path, "waiting", foreign)  # paused, will restore from a donor: keep its pin
+    done = _trial(tmp_path, "done", Path(tmp_path / "exp" / "done" / "checkpoint_000004"))
+    ended = _trial(tmp_path, "ended", foreign)  # PBT exploited into it as it finished: restores nothing
+    ended.status = "TERMINATED"
+    keep = Path(waiting.path) / keeper.pin_name(str(foreign))
+    keep.mkdir()
+    (Path(done.path) / f"{keeper.PIN_PREFIX}old").mkdir()
+    (Path(ended.path) / keeper.pin_name(str(foreign))).mkdir()
+    keeper._sweep([waiting, done, ended], str(train_dir))
+    assert not train_dir.exists()
+    assert keep.is_dir()
+    assert not list(Path(done.path).glob(f"{keeper.PIN_PREFIX}*"))
+    assert not list(Path(ended.path).glob(f"{keeper.PIN_PREFIX}*"))
+
+
+# ---- the Ray internals the bridge relies on -----------------------------------------------------------------
+
+def test_train_controller_runs_on_the_drivers_node() -> None:
+    """The bridge's Unix socket needs the controller on the trial driver's node (Train V2 pins it there)."""
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    src = inspect.getsource(DataParallelTrainer._initialize_and_run_controller)
+    assert "label_selector" in src and "RAY_NODE_ID_KEY" in src and "get_node_id()" in src
+
+
+def test_seeding_uses_public_train_api() -> None:
+    import ray.train
+    from ray.train.collective import barrier
+
+    assert "checkpoint_upload_fn" in inspect.signature(ray.train.report).parameters
+    assert callable(barrier)
+
+
+def test_tune_calls_callbacks_after_the_scheduler_decided() -> None:
+    """DonorPins runs in ``on_trial_result`` right after a PBT exploit: Tune must call the scheduler first."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    src = inspect.getsource(TuneController._process_trial_result)
+    assert 0 < src.index("_scheduler_alg.on_trial_result") < src.index("_callbacks.on_trial_result")
+
+
+def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.execution import raystart
+
+    monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
+    monkeypatch.setattr(raystart, "_api_address", None)
+    settings = raystart.state_api_settings()
+    assert os.environ["RAY_API_SERVER_ADDRESS"] == f"http://127.0.0.1:{settings['dashboard_port']}"
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "http://10.0.0.1:8265")  # the user's own wins
+    assert raystart.state_api_settings() == {}
