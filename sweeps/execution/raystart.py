@@ -85,14 +85,13 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():
         return
-    runtime_env = job_runtime_env(spec, env)
     if spec.cluster.mode == "local":
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         ray.init(
             num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs
             num_gpus=spec.cluster.num_gpus,  # type: ignore[arg-type]
             resources=custom or None,
-            runtime_env=runtime_env,
+            runtime_env=local_runtime_env(env),
             logging_level=logging.WARNING,
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
@@ -117,18 +116,13 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
                        f"{token_source(os.environ, os.path.expanduser('~')) or 'nowhere'})") from None
 
 
-def job_runtime_env(spec: SweepSpec, env: dict[str, str]) -> dict[str, Any] | None:
-    """The job's ``runtime_env``: none on the embedded local Ray, ``{"env_vars": env}`` on a cluster.
-
-    Locally every Ray process descends from this one, so the variables are set here (the sweep's values
-    win) and inherited. With no job-level runtime environment the Tune trial actors land on the processes
-    Ray prestarts for the first driver; with one, every actor needs a fresh process (docs/ray.md,
-    "Trial start-up").
-    """
-    if spec.cluster.mode == "local":
-        os.environ.update(env)
-        return None
-    return {"env_vars": env}
+def local_runtime_env(env: dict[str, str]) -> dict[str, Any] | None:
+    """The embedded local Ray's job ``runtime_env``: none. Every Ray process descends from this one, so the
+    variables are set here (the sweep's values win) and inherited. With no job-level runtime environment the
+    Tune trial actors land on the processes Ray prestarts for the first driver; with one, every actor needs
+    a fresh process (docs/ray.md, "Trial start-up")."""
+    os.environ.update(env)
+    return None
 
 
 def worker_pool_settings() -> dict[str, Any]:
