@@ -45,7 +45,8 @@ def lock_name(name: str, alias: str) -> str:
 
 
 def is_lock(name: str) -> bool:
-    return name.endswith(SUFFIX) and "@" in name
+    """A lock or a takeover marker: registry entries that are no model."""
+    return "@" in name and (name.endswith(SUFFIX) or f"{SUFFIX}.steal-" in name)
 
 
 def _code(exc: Exception) -> str:

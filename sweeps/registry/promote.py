@@ -153,6 +153,7 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
     rec, trial = cand.rec, cand.trial
     name = check_model_name(model_name or rec.experiment, "--model-name (default: the experiment name)")
     registry.check_store(rec.tracking_uri)
+    _gate(cand, name, alias, force)  # a plain refusal costs no packaging and writes nothing; re-run under the lock
     obj, x_val, y_val, key = load(rec, trial, cand.checkpoint)
     with tempfile.TemporaryDirectory(prefix="sweeps-package-") as tmp:
         servable, kwargs, evaluation = _package(obj, x_val, y_val, key, Path(tmp))
@@ -173,6 +174,15 @@ def _package(obj: Any, x_val: Any, y_val: Any, key: str, folder: Path) -> tuple[
     return servable, kwargs, package.evaluate(servable, served, x_val, y_val)
 
 
+def _gate(cand: _Candidate, name: str, alias: str, force: bool, c: Any = None) -> str | None:
+    """The gate against the version ``name@alias`` points at now (GateRefused, or what it replaces)."""
+    from sweeps.tracking import client as mc
+
+    c = c if c is not None else mc.client(cand.rec.tracking_uri)
+    return gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=cand.rec.metric,
+                mode=cand.rec.mode, value=cand.value, force=force)
+
+
 def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, kwargs: dict[str, Any],
               evaluation: dict[str, float]) -> Promotion:
     """Under the lock: gate on the current champion, log + register the package, move the alias."""
@@ -184,8 +194,7 @@ def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, k
     run = registry.find_trial_run(c, rec, trial.trial_id)
     git = c.get_run(rec.parent_run_id).data.tags.get("git_commit", "unknown")
     with lock.holding(c, name, alias) as held:
-        replaced = gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=rec.metric,
-                        mode=rec.mode, value=cand.value, force=force)
+        replaced = _gate(cand, name, alias, force, c)  # authoritative: nobody else can move the alias now
         tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
                 TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
                 TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint, TAG_TASK: task,

@@ -92,7 +92,7 @@ def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: di
         # Model.log(run_id=...) attaches the model to the finished trial run without reopening it: start_run()
         # would flip a KILLED/FINISHED run to RUNNING and then FINISHED. (mlflow.pyfunc.log_model takes no
         # run_id; it calls Model.log with flavor=mlflow.pyfunc.)
-        info = Model.log(name="model", flavor=mlflow.pyfunc, run_id=run_id,
+        info = Model.log(artifact_path=None, name="model", flavor=mlflow.pyfunc, run_id=run_id,
                          tags={TAG_SWEEP: rec.sweep_id, TAG_TRIAL: tags[TAG_TRIAL]}, **package)
         mv = mlflow.register_model(info.model_uri, name, tags=tags)
     return str(mv.version), str(info.model_uri)

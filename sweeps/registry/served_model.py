@@ -11,7 +11,8 @@ mlflow, numpy, pandas and torch only, never ``sweeps`` or ``trainables``. It rea
 Outputs: classification -> ``label`` and one ``proba_<label>`` column per class; regression -> ``prediction``
 in the target's original units; text -> per string ``chars``, ``scored`` (characters predicted from the ones
 before), ``log_likelihood`` (natural log), ``perplexity``, ``next_char`` and ``continuation``
-(``params={"max_new_chars": N}`` greedy characters, default none).
+(``params={"max_new_chars": N}`` greedy characters, default none). Forward passes run on one torch thread
+unless ``load_model(uri, model_config={"num_threads": N})`` says otherwise.
 """
 
 from __future__ import annotations
@@ -47,15 +48,21 @@ class ServedModel(mlflow.pyfunc.PythonModel):  # type: ignore[misc, name-defined
         with open(context.artifacts["package"], encoding="utf-8") as f:
             self.spec: dict[str, Any] = json.load(f)
         self.program = torch.export.load(context.artifacts["program"]).module()
+        # small models run fastest on one thread (more only contend on a busy host); model_config overrides
+        self.threads = int((getattr(context, "model_config", None) or {}).get("num_threads", 1))
 
     def _forward(self, x: Any) -> Any:
-        """The program on a numpy batch, BATCH rows at a time; numpy out."""
+        """The program on a numpy batch, at most ``batch`` rows at a time, on ``threads`` threads; numpy out."""
         import torch
 
-        outs, step = [], int(self.spec.get("batch", BATCH))
-        with torch.no_grad():
-            for i in range(0, len(x), step):
-                outs.append(self.program(torch.from_numpy(np.ascontiguousarray(x[i:i + step]))).numpy())
+        outs, step, before = [], int(self.spec.get("batch", BATCH)), torch.get_num_threads()
+        torch.set_num_threads(max(1, self.threads))
+        try:
+            with torch.no_grad():
+                for i in range(0, len(x), step):
+                    outs.append(self.program(torch.from_numpy(np.ascontiguousarray(x[i:i + step]))).numpy())
+        finally:
+            torch.set_num_threads(before)
         return np.concatenate(outs)
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> Any:
