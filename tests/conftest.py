@@ -134,7 +134,7 @@ def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "cond
 def mlflow_client(uri: str):  # noqa: ANN201 - test helper
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 # -- one lean ``mlflow server`` and one tiny sweep logged to it over HTTP, shared by the session ----------

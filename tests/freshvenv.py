@@ -143,17 +143,17 @@ def invocations(url: str, body: dict[str, Any]) -> Any:
 
 
 def requirements_file(model_uri: str, tracking_uri: str) -> str:
-    """The model's requirements.txt, downloaded with this (the test's) MLflow."""
-    import mlflow
+    """The registered model's requirements.txt, downloaded with the test's MLflow (no global URI is touched)."""
+    import tempfile as tf
 
-    before = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    try:
-        return str(mlflow.pyfunc.get_model_dependencies(model_uri))
-    finally:
-        mlflow.set_tracking_uri(before[0])
-        mlflow.set_registry_uri(before[1])
+    import mlflow.artifacts
+    from mlflow.tracking import MlflowClient
+
+    name, _, alias = model_uri.removeprefix("models:/").partition("@")
+    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    logged = c.get_logged_model(c.get_model_version_by_alias(name, alias).source.removeprefix("models:/"))
+    return str(mlflow.artifacts.download_artifacts(artifact_uri=f"{logged.artifact_location}/requirements.txt",
+                                                   tracking_uri=tracking_uri, dst_path=tf.mkdtemp()))
 
 
 PREDICT = r"""

@@ -215,3 +215,14 @@ def test_an_expired_lock_from_another_host_is_taken_over(client: Any) -> None:
         client.create_registered_model("m@champion.promote-lock", tags={
             lock.TAG_HOLDER: "elsewhere:1", lock.TAG_TOKEN: "live", lock.TAG_EXPIRES: f"{time.time() + 60:.3f}"})
         lock.acquire(client, "m", "champion", wait_s=0.5)  # a live lease elsewhere is respected
+
+
+def test_the_served_model_code_imports_nothing_the_serving_environment_lacks() -> None:
+    """MLflow copies served_model.py into every package and runs it where only the requirements are installed."""
+    import ast
+
+    tree = ast.parse(package.CODE.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= {"__future__", "json", "math", "typing", "mlflow", "numpy", "pandas", "torch"}, names
+    assert set(package.BASE_REQUIREMENTS) >= names & {"mlflow", "numpy", "pandas", "torch"}
