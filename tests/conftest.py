@@ -208,8 +208,8 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     """Promote both trials of a 2-trial sweep at once (two real processes): the better one must end at
     ``@champion``; the other is refused by the gate, or was promoted first and then replaced.
 
-    The better candidate starts first and the worse one a second later: without an atomic gate both read an
-    empty alias and the worse one, finishing last, would move the alias last.
+    The better candidate starts first and the worse one a second later, and each waits 5 s between its gate
+    and its alias move: without an atomic gate both read an empty alias and the worse one moves it last.
     """
     import json
     import time
@@ -224,9 +224,10 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     values = {t.trial_id: trial_value(t, t.best_checkpoint, rec["metric"], rec["mode"]) for t in trials}
     assert len(values) == 2, values
     worse, better = sorted(values, key=lambda t: values[t] if rec["mode"] == "max" else -values[t])
-    procs = {better: env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name)}
+    pause = {"SWEEPS_TEST_PROMOTE_PAUSE_S": "5"}  # each holds the gate open 5 s: the two runs overlap there
+    procs = {better: env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name, extra_env=pause)}
     time.sleep(1.0)
-    procs[worse] = env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name)
+    procs[worse] = env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name, extra_env=pause)
     outs = {t: p.communicate(timeout=600)[0] for t, p in procs.items()}
     codes = {t: p.returncode for t, p in procs.items()}
     assert set(codes.values()) <= {0, 3} and 0 in codes.values(), outs

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,8 @@ from sweeps.registry.gate import (
 from sweeps.registry.model import load, verify_checkpoint
 
 log = logging.getLogger(__name__)
+
+PAUSE_ENV = "SWEEPS_TEST_PROMOTE_PAUSE_S"  # seconds to wait between the gate and the alias move (tests only)
 
 
 def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, trial_id: str | None) -> Any:
@@ -195,6 +199,7 @@ def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, k
     git = c.get_run(rec.parent_run_id).data.tags.get("git_commit", "unknown")
     with lock.holding(c, name, alias) as held:
         replaced = _gate(cand, name, alias, force, c)  # authoritative: nobody else can move the alias now
+        time.sleep(float(os.environ.get(PAUSE_ENV, 0) or 0))  # tests: hold the gate open so promotions overlap
         tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
                 TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
                 TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint, TAG_TASK: task,
