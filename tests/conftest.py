@@ -134,7 +134,7 @@ def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "cond
 def mlflow_client(uri: str):  # noqa: ANN201 - test helper
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 # -- one lean ``mlflow server`` and one tiny sweep logged to it over HTTP, shared by the session ----------
@@ -191,3 +191,57 @@ def served_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedSwe
     finally:
         server.stop()
         env.cleanup()
+
+
+# -- a fresh virtualenv shared by the "someone else loads the model" checks (tests/freshvenv.py) -------------
+@pytest.fixture(scope="session")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    from freshvenv import FreshVenv
+
+    venv = FreshVenv(tmp_path_factory.mktemp("fresh") / "venv").create()
+    yield venv
+    print(f"\nfresh venv timings (s): { {k: round(v, 1) for k, v in venv.timings.items()} }")
+
+
+# -- two promotions at once ---------------------------------------------------------------------------------
+def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> None:
+    """Promote both trials of a 2-trial sweep at once (two real processes): the better one must end at
+    ``@champion``; the other is refused by the gate, or was promoted first and then replaced.
+
+    The better candidate starts first and the worse one a second later, and each waits 5 s between its gate
+    and its alias move: without an atomic gate both read an empty alias and the worse one moves it last.
+    """
+    import json
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.registry.promote import trial_value
+    from sweeps.reports.results import load_records
+
+    rec = json.loads((env.home / "sweeps" / f"{sweep_id}.json").read_text())
+    trials = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], settled=True)
+    values = {t.trial_id: trial_value(t, t.best_checkpoint, rec["metric"], rec["mode"]) for t in trials}
+    assert len(values) == 2, values
+    worse, better = sorted(values, key=lambda t: values[t] if rec["mode"] == "max" else -values[t])
+    pause = {"SWEEPS_TEST_PROMOTE_PAUSE_S": "5"}  # each holds the gate open 5 s: the two runs overlap there
+    procs = {better: env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name, extra_env=pause)}
+    time.sleep(1.0)
+    procs[worse] = env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name, extra_env=pause)
+    outs = {t: p.communicate(timeout=600)[0] for t, p in procs.items()}
+    codes = {t: p.returncode for t, p in procs.items()}
+    assert set(codes.values()) <= {0, 3} and 0 in codes.values(), outs
+    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    champion = c.get_model_version_by_alias(model_name, "champion")
+    versions = {mv.tags["trial_id"]: int(mv.version) for mv in c.search_model_versions(f"name = '{model_name}'")}
+    best = max(values.values()) if rec["mode"] == "max" else min(values.values())
+    assert float(champion.tags["metric_value"]) == best, (values, codes, outs)
+    if values[better] != values[worse]:
+        assert champion.tags["trial_id"] == better, (values, codes, outs)
+        assert codes[better] == 0, outs[better]
+        if codes[worse] == 0:  # it held the lock first: the better one replaced it afterwards
+            assert versions[worse] < versions[better] and "replaced" in outs[better], outs
+    for t, code in codes.items():
+        if code == 3:
+            assert "at least as good" in outs[t] and t not in versions, outs[t]  # refused: nothing registered
+    assert not [m.name for m in c.search_registered_models() if "promote-lock" in m.name], "the lock is released"

@@ -112,6 +112,7 @@ BAD = [
     (["tracking.uri=ftp://example"], "tracking.uri: 'ftp://example' has no supported scheme"),
     (["+searcher.sampler._target_=os.system"], "target 'os.system' is outside the allowed packages"),
     (["trainable.loop=subprocess.call"], "trainable.loop: 'subprocess.call' is outside the allowed packages"),
+    (["trainable.load_model=pickle.loads"], "trainable.load_model: 'pickle.loads' is outside the allowed packages"),
     (["searcher=grid", "search_space=digits"], "searcher=grid: parameters lr, weight_decay are continuous"),
     (["searcher=optuna", "search_space=digits_grid"], "dist=grid is only for searcher=random|grid"),
     (["promote.model_name=../evil"], "promote.model_name: '../evil' looks like a path"),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client
+from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client, race
 
 from sweeps.tracking import client as tracking
 from sweeps.tracking import server as mlflow_server
@@ -325,3 +325,10 @@ def test_ui_for_a_server_store_only_prints_its_url(sweeps_env: SweepsEnv) -> Non
     assert proc.returncode == 0, proc.stderr
     assert "http://127.0.0.1:5999/#/experiments" in proc.stdout
     assert not sweeps_env.home.exists()
+
+
+# -- the champion gate through the server: two promote processes at once -----------------------------------
+@pytest.mark.slow
+def test_two_concurrent_promotions_through_the_server_leave_the_better_one_at_the_alias(
+        served_sweep: ServedSweep) -> None:
+    race(served_sweep.env, served_sweep.sweep_id, "served-race", served_sweep.url)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import SweepsEnv, mlflow_client
+from freshvenv import FreshVenv, invocations, requirements_file
 
 from trainables import charlm, common, tabular_data
 
@@ -106,13 +108,13 @@ def test_corpus_is_deterministic_local_text() -> None:
         charlm.corpus("test", 10)
 
 
-def test_blocks_and_validation_data_are_shifted_pairs() -> None:
+def test_blocks_and_validation_data_are_raw_held_out_text() -> None:
     rows = charlm.blocks("abcdefghij" * 10, 16)
     assert tuple(rows.shape) == (6, 16)  # 100 chars // 16, tail dropped
-    x, y = charlm.validation_data({"block_size": 32, "val_chars": 1000})
-    assert tuple(x.shape) == tuple(y.shape) == (31, 31)
-    assert (x[:, 1:] == y[:, :-1]).all(), "position t's target is the character at t+1"
-    assert x.is_contiguous() and y.is_contiguous(), "torch.export (promotion) guards on the example's strides"
+    texts, targets = charlm.validation_data({"block_size": 32, "val_chars": 1000})
+    assert targets is None and len(texts) == 31 and {len(t) for t in texts} == {32}
+    assert "".join(texts) == charlm.corpus("val", 1000)[:31 * 32], "promotion scores the held-out text itself"
+    assert charlm.preprocessing({"block_size": 32}) == {"vocab": charlm.VOCAB, "context": 32}
     with pytest.raises(ValueError, match="less than one block"):
         charlm.blocks("short", 64)
 
@@ -310,22 +312,46 @@ def test_transformers_sweep_reports_through_the_bridge(charlm_sweep) -> None:  #
 
 
 @pytest.mark.slow
-def test_transformers_sweep_promotes_and_scores_text(charlm_sweep) -> None:  # noqa: ANN001
+def test_transformers_sweep_promotes_a_model_that_scores_raw_text_in_a_fresh_virtualenv(
+        charlm_sweep, fresh_venv: FreshVenv) -> None:  # noqa: ANN001
+    from importlib.metadata import version
+
     import mlflow
 
     env, _ = charlm_sweep
     proc = env.run("promote", "latest", "--model-name", "charlm-test", check=True, timeout=600)
-    assert "registered charlm-test version 1 as @champion" in proc.stdout
+    assert "registered charlm-test version 1 as @champion" in proc.stdout and "perplexity" in proc.stdout
+    uri = "models:/charlm-test@champion"
+    reqs = requirements_file(uri, env.tracking_uri)
+    lines = Path(reqs).read_text().split()
+    assert f"transformers=={version('transformers')}" in lines and "torch==2.13.0" in lines, lines
+    fresh_venv.install_requirements(reqs)
+    zen = charlm.zen_of_python()
+    texts = ["", "B", "Beautiful is better than ugly.", zen[:300], "caf\u00e9 \u2603"]  # 0..300 chars, odd chars
+    job = {"uri": uri, "frame": {"columns": ["text"], "data": [[t] for t in texts]}, "params": {"max_new_chars": 8}}
+    result, where = fresh_venv.predict([job], env.tracking_uri, env.root / "charlm-pred.json")
+    assert not where["sweeps"] and not where["trainables"], where
+    pred = result["pred"]
+    assert result["inputs"] == ["text"] and pred["chars"] == [len(t) for t in texts]
+    assert pred["scored"] == [max(len(t) - 1, 0) for t in texts], "any length: every character after the first"
+    assert all(math.isfinite(p) and 1.0 < p < charlm.CharTokenizer().vocab_size for p in pred["perplexity"][2:4]), \
+        "the promoted weights beat a uniform guess, on text longer than the model's 64-character context too"
+    assert [len(c) for c in pred["continuation"]] == [0, 8, 8, 8, 8]
+    tags = mlflow_client(env.tracking_uri).get_model_version_by_alias("charlm-test", "champion").tags
+    assert 1.0 < float(tags["perplexity"]) < charlm.CharTokenizer().vocab_size
+    # the same answers here, in the project's environment, and over HTTP from the fresh one
     mlflow.set_tracking_uri(env.tracking_uri)
     mlflow.set_registry_uri(env.tracking_uri)
-    model = mlflow.pyfunc.load_model("models:/charlm-test@champion")
-    tok = charlm.CharTokenizer()
-    text = "Beautiful is better than ugly. Explicit is better than implicit. Simple is better than complex."
-    ids = np.array([tok.encode(text[:63]), tok.encode(text[30:93])], dtype=np.int64)  # (2, 63)
-    logits = np.asarray(model.predict(ids))
-    assert logits.shape == (2, 63, tok.vocab_size) and np.isfinite(logits).all()
-    # it scores text: the promoted weights beat a uniform guess on a held-out sentence
-    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
-        - logits.max(-1, keepdims=True)
-    nll = -np.take_along_axis(logp[:, :-1], ids[:, 1:, None], axis=-1).mean()
-    assert nll < math.log(tok.vocab_size), nll
+    here = mlflow.pyfunc.load_model(uri).predict(pd_frame(texts), params={"max_new_chars": 8})
+    assert np.allclose(here["log_likelihood"], pred["log_likelihood"], atol=1e-4)
+    with fresh_venv.serve(uri, env.tracking_uri, env.root / "serve-charlm.log") as url:
+        served = invocations(url, {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]},
+                                   "params": {"max_new_chars": 8}})["predictions"]
+    assert [p["continuation"] for p in served] == pred["continuation"]
+    assert np.allclose([p["log_likelihood"] for p in served], pred["log_likelihood"], atol=1e-4)
+
+
+def pd_frame(texts: list[str]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({"text": texts})

@@ -31,6 +31,9 @@ def _files(root: Path) -> list[Path]:
     ("trainable.builder=trainables.common.RESUME_KEY", "is a str, not a function"),
     ("trainable.loop=trainables.common.save_checkpoint", "it is called as loop(config)"),
     ("trainable.builder=trainables.common.accumulation_steps", None),  # takes (config): accepted
+    ("trainable.load_model=trainables.digits.build_model", "it is called as load_model(checkpoint_dir, config)"),
+    ("trainable.load_model=trainables.digits.lod_model", "did you mean trainables.digits.load_model"),
+    ("trainable.load_model=trainables.wine_state.load_model", None),
 ])
 def test_dotted_paths_are_imported_and_checked_before_ray_starts(sweeps_env: Any, capsys: pytest.CaptureFixture,
                                                                override: str, says: str | None) -> None:

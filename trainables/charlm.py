@@ -17,8 +17,9 @@ Reports ``train/loss``, ``val/loss`` (= ``eval_loss``), ``val/perplexity``, ``va
 accuracy), ``epoch``, ``opt/lr`` (scheduled, end of epoch), ``opt/peak_lr``, ``time/data_s``,
 ``time/compute_s``, ``time/data_frac``.
 
-For promotion, :func:`build_model` returns a module whose ``forward(input_ids (B, T))`` gives logits
-``(B, T, vocab)``; :func:`validation_data` returns ``(input_ids (N, T), next ids (N, T))``.
+For promotion, :func:`load_model` (``trainable.load_model``) rebuilds the GPT-2 from a checkpoint, whose
+``preprocess.json`` holds the tokenizer's vocabulary and the context length: the registered model scores raw
+strings of any length. :func:`validation_data` gives held-out strings.
 """
 
 from __future__ import annotations
@@ -131,11 +132,24 @@ def blocks(text: str, block_size: int) -> Any:
     return ids[: n * block_size].view(n, block_size)
 
 
-def validation_data(config: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """Held-out ``(input_ids (N, T-1), next_ids (N, T-1))``: position t of a row predicts ``next_ids[:, t]``."""
-    rows = blocks(corpus("val", int(_setting(config, "val_chars"))), int(_setting(config, "block_size")))
-    # contiguous copies: promotion exports the model with torch.export, which guards on the example's strides
-    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+def validation_data(config: dict[str, Any] | None = None) -> tuple[list[str], None]:
+    """The held-out text as promotion scores it: ``block_size``-character strings (the raw input), no targets."""
+    text = corpus("val", int(_setting(config, "val_chars")))
+    block = int(_setting(config, "block_size"))
+    return [text[i:i + block] for i in range(0, len(text) - block + 1, block)], None
+
+
+def preprocessing(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tokenizer (its characters; any other one is the unknown id) and the context: saved with checkpoints."""
+    return {"vocab": VOCAB, "context": int(_setting(config, "block_size"))}
+
+
+def load_model(checkpoint_dir: str, config: dict[str, Any]) -> Any:
+    """Promotion's hook: the checkpoint's GPT-2 (ids (B, T) -> logits (B, T, V)) with its saved tokenizer."""
+    pre = common.load_preprocessing(checkpoint_dir)
+    model = common.load_weights(checkpoint_dir, build_model(config))
+    return common.ServableModel(module=model, task="text", vocab=str(pre["vocab"]), context=int(pre["context"]),
+                                requirements=("transformers",))
 
 
 # -- model --------------------------------------------------------------------------------------------------
@@ -275,6 +289,7 @@ def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, ste
                     meta = {"epoch": epoch, "lr": peak_lr, "val/loss": eval_loss, "val/acc": report["val/acc"],
                             "global_step": step_offset + state.global_step, "trial_id": config.get(common.TRIAL_ID_KEY)}
                     common.save_checkpoint(d, model, optimizer, meta)
+                    common.save_preprocessing(d, preprocessing(config))
                     checkpoint = ray.train.Checkpoint.from_directory(d)
                 ray.train.report(report, checkpoint=checkpoint)
 

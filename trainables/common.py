@@ -1,4 +1,4 @@
-"""Helpers shared by the bundled trainables: checkpoints, resume, the training knobs.
+"""Helpers shared by the bundled trainables: checkpoints, resume, the training knobs, what promotion needs.
 
 Free of Hydra and MLflow on purpose: this module runs inside Ray Train workers.
 """
@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,95 @@ def load_checkpoint(directory: str) -> tuple[dict[str, Any], dict[str, Any], dic
     optim_state = torch.load(os.path.join(directory, OPTIM_FILE), map_location="cpu", weights_only=True)
     meta = json.loads(Path(directory, META_FILE).read_text())
     return model_state, optim_state, meta
+
+
+# -- promotion: what a trainable hands over, and the extra file its checkpoints carry -----------------------
+PREPROCESS_FILE = "preprocess.json"
+TASKS = ("classification", "regression", "text")
+
+
+@dataclass(frozen=True)
+class ServableModel:
+    """What a trainable's ``load_model(checkpoint_dir, config)`` returns for promotion.
+
+    ``module`` maps the task's *raw* inputs to outputs in the task's own units: a float32 batch of feature rows
+    ``(B, len(columns))`` to logits ``(B, len(labels))`` (classification) or to targets ``(B,)`` in original
+    units (regression); for text, token ids ``(B, context)`` to logits ``(B, context, len(vocab) + 1)``.
+    Scalers belong inside the module (buffers, see :func:`standardized`); the rest of the preprocessing is
+    data: column names, label names, the tokenizer's vocabulary (character i has id i; every other character
+    gets id ``len(vocab)``). ``requirements`` names the distributions the served model needs besides torch,
+    numpy, pandas and mlflow (promotion pins them to the installed versions).
+    """
+
+    module: Any
+    task: str
+    columns: tuple[str, ...] = ()
+    labels: tuple[Any, ...] = ()
+    vocab: str = ""
+    context: int = 0
+    requirements: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"ServableModel.task: {self.task!r}; use one of {', '.join(TASKS)}")
+        if self.task == "text" and (not self.vocab or self.context < 2):
+            raise ValueError("ServableModel: a text model needs its vocab and a context of >= 2 tokens")
+        if self.task != "text" and not self.columns:
+            raise ValueError("ServableModel: a tabular model needs its input column names")
+
+
+def save_preprocessing(directory: str, info: dict[str, Any]) -> None:
+    """Write what turns raw inputs into the model's inputs (scaler statistics, vocabulary...) as JSON."""
+    Path(directory, PREPROCESS_FILE).write_text(json.dumps(info, sort_keys=True))
+
+
+def load_preprocessing(directory: str) -> dict[str, Any]:
+    """Read :func:`save_preprocessing`'s file; FileNotFoundError names the checkpoint when it is missing."""
+    path = Path(directory, PREPROCESS_FILE)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {directory} is incomplete: missing {PREPROCESS_FILE}")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def load_weights(directory: str, model: Any) -> Any:
+    """Load :func:`save_checkpoint`'s model state into ``model`` (``weights_only``); the model, in eval mode.
+
+    Only ``model.pt`` is read: the optimizer state and ``meta.json`` are for resuming, not for serving.
+    """
+    import torch
+
+    path = os.path.join(directory, MODEL_FILE)
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        raise FileNotFoundError(f"checkpoint {directory} is incomplete: missing or empty {MODEL_FILE}")
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def standardized(net: Any, x_mean: Any, x_std: Any, y_mean: float | None = None,
+                 y_std: float | None = None) -> Any:
+    """``net`` behind a feature scaler (and, for a regressor, in front of the target's un-scaler).
+
+    The statistics are buffers of the returned module: raw rows in, ``net``'s classes or original-unit targets
+    out, so the scaler cannot be forgotten or mismatched when the model is exported and served.
+    """
+    import torch
+    from torch import nn
+
+    class Standardized(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+            self.register_buffer("x_mean", torch.as_tensor(x_mean, dtype=torch.float32))
+            self.register_buffer("x_std", torch.as_tensor(x_std, dtype=torch.float32))
+            self.register_buffer("y_mean", torch.tensor(0.0 if y_mean is None else float(y_mean)))
+            self.register_buffer("y_std", torch.tensor(1.0 if y_std is None else float(y_std)))
+
+        def forward(self, x: Any) -> Any:
+            out = self.net((x.float() - self.x_mean) / self.x_std)  # (B, F) -> (B, C) or (B,)
+            return out * self.y_std + self.y_mean
+
+    return Standardized().eval()
 
 
 @contextmanager

@@ -46,12 +46,14 @@ Task = ClassificationTask | RegressionTask
 
 
 def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any]],
-        build_model: Callable[[dict[str, Any]], Any], task: Task) -> None:
+        build_model: Callable[[dict[str, Any]], Any], task: Task,
+        preprocessing: Callable[[], dict[str, Any]] | None = None) -> None:
     """Train ``build_model(config)`` on ``load_data()`` with Ray Train; report each epoch.
 
     Honors the shared knobs: ``batch_size``, ``lr`` (+ ``scale_lr``), ``weight_decay``, ``epochs``,
     ``grad_accum_steps``, ``checkpoint_every``, ``torch_threads``, and fault injection (``fault``,
-    ``fault_epoch``) used by the fault-tolerance tests.
+    ``fault_epoch``) used by the fault-tolerance tests. ``preprocessing()`` (JSON: e.g. the scaler statistics
+    ``load_data`` applied) is saved in every checkpoint, so a promoted model can take raw inputs.
     """
     import ray
     import ray.train
@@ -162,5 +164,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             if d is not None:
                 common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, task.name: score,
                                                            "trial_id": config.get(common.TRIAL_ID_KEY)})
+                if preprocessing is not None:
+                    common.save_preprocessing(d, preprocessing())
                 checkpoint = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=checkpoint)

@@ -263,6 +263,15 @@ def build_model(config: dict[str, Any]) -> Any:
     )
 
 
+def load_model(checkpoint_dir: str, config: dict[str, Any]) -> Any:
+    """Promotion's hook: the checkpoint's MLP (its input norm standardizes raw rows) and the file's columns."""
+    settings = data_settings(config)
+    ensure_data(settings)
+    model = common.load_weights(checkpoint_dir, build_model(config))
+    return common.ServableModel(module=model, task="classification", columns=tuple(feature_columns(settings)),
+                                labels=tuple(range(settings.num_classes)))
+
+
 def validation_data(config: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """The validation split (raw features (N, F) float32, labels (N,) int64), read from the same file."""
     import numpy as np

@@ -1,8 +1,9 @@
 """The trainable contract, checked before Ray starts: each dotted path imports and has the right signature.
 
 ``trainable.loop`` runs on every Train worker as ``loop(config)`` (or ``loop()``); ``trainable.builder`` and
-``trainable.datasets`` are called as ``fn(config)``. A typo or a wrong signature is refused with the key, the
-bad value and the closest names the module does define, before any trial starts.
+``trainable.datasets`` are called as ``fn(config)``, ``trainable.load_model`` as ``fn(checkpoint_dir, config)``.
+A typo or a wrong signature is refused with the key, the bad value and the closest names the module does
+define, before any trial starts.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 from sweeps.config.spec import TrainableCfg
 from sweeps.errors import BadInput
 
-# key -> (how it is called, whether it must take the config argument)
-ROLES = {"loop": ("loop(config) or loop() on every Train worker", False),
-         "builder": ("builder(config) -> nn.Module", True),
-         "datasets": ("datasets(config) -> {name: ray.data.Dataset}", True)}
+# key -> (how it is called, how many positional arguments it must take; the loop may take none)
+ROLES = {"loop": ("loop(config) or loop() on every Train worker", 0),
+         "builder": ("builder(config) -> nn.Module", 1),
+         "load_model": ("load_model(checkpoint_dir, config) -> trainables.common.ServableModel | nn.Module", 2),
+         "datasets": ("datasets(config) -> {name: ray.data.Dataset}", 1)}
 
 
 def _resolve(key: str, path: str) -> tuple[Any, list[str]]:
@@ -37,7 +39,7 @@ def _resolve(key: str, path: str) -> tuple[Any, list[str]]:
     return getattr(module, attr), []
 
 
-def _signature_errors(key: str, path: str, fn: Any, role: str, needs_config: bool) -> list[str]:
+def _signature_errors(key: str, path: str, fn: Any, role: str, nargs: int) -> list[str]:
     if not callable(fn):
         return [f"{key}: {path!r} is a {type(fn).__name__}, not a function; it is called as {role}"]
     try:
@@ -46,26 +48,26 @@ def _signature_errors(key: str, path: str, fn: Any, role: str, needs_config: boo
         return []
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
-    takes_one = bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in params)
-    if len(required) > 1 or (needs_config and not takes_one):
+    takes = len(positional) >= nargs or any(p.kind == p.VAR_POSITIONAL for p in params)
+    if len(required) > max(nargs, 1) or not takes:
         return [f"{key}: {path!r} takes ({', '.join(p.name for p in params)}); it is called as {role}"]
     return []
 
 
 def check_trainable(t: TrainableCfg) -> None:
-    """Import ``trainable.loop``/``builder``/``datasets`` and check how they can be called.
+    """Import ``trainable.loop``/``builder``/``load_model``/``datasets`` and check how they can be called.
 
     Raises:
         BadInput: naming each key whose path does not import or whose signature does not fit.
     """
     errors: list[str] = []
-    for name, (role, needs_config) in ROLES.items():
+    for name, (role, nargs) in ROLES.items():
         path = getattr(t, name)
         if not path:
             continue
         key = f"trainable.{name}"
         fn, errs = _resolve(key, path)
-        errors += errs or _signature_errors(key, path, fn, role, needs_config)
+        errors += errs or _signature_errors(key, path, fn, role, nargs)
     if errors:
         raise BadInput(*errors)
 
@@ -116,9 +118,10 @@ def features(t: TrainableCfg) -> list[tuple[str, bool, str]]:
     for name, (evidence, gives, add) in FEATURES.items():
         ok = any(e in source for e in evidence)
         out.append((name, ok, gives if ok else f"missing: {add}"))
-    promotable = bool(t.builder or getattr(t, "load_model", None))
-    out.append(("promotion", promotable, "`promote` can rebuild the model" if promotable else
-                "missing: set trainable.builder (build_model(config) -> nn.Module) or trainable.load_model"))
+    promotable = bool(t.load_model or t.builder)
+    out.append(("promotion", promotable, "`promote` reads the checkpoint with trainable.load_model" if t.load_model
+                else "`promote` rebuilds the model with trainable.builder from model.pt" if promotable else
+                "missing: set trainable.load_model (load_model(checkpoint_dir, config) -> ServableModel)"))
     return out
 
 

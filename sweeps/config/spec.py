@@ -75,6 +75,7 @@ class TrainableCfg:
     checkpoint_every: int
     params: dict[str, Any]
     datasets: str | None = None  # dotted path: build_datasets(config) -> {"train": ray.data.Dataset, ...}
+    load_model: str | None = None  # dotted path: load_model(checkpoint_dir, config) -> ServableModel | nn.Module
 
     @property
     def epochs(self) -> int | None:

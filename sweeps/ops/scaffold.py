@@ -1,7 +1,8 @@
 """``sweeps new trainable NAME``: the files of a new trainable, ready to sweep.
 
 Writes ``trainables/NAME.py`` (a complete Ray Train loop in the style of Ray's own docs: resumes with
-``ray.train.get_checkpoint()``, one ``state.pt`` checkpoint, ``val/loss`` and ``val/acc`` each epoch),
+``ray.train.get_checkpoint()``, one ``state.pt`` checkpoint read back by its ``load_model`` for promotion,
+``val/loss`` and ``val/acc`` each epoch),
 ``conf/trainable/NAME.yaml``, ``search_spaces/NAME.yaml`` and ``conf/experiment/NAME.yaml``. With
 ``--from pkg.module:function`` the loop is the user's own function and stays in their own package: the
 trainable's config points at it, the experiment allows that package (``security.allowed_targets``), and a
@@ -36,28 +37,52 @@ NUM_FEATURES, NUM_CLASSES = 13, 3
 
 
 def build_model(config: dict[str, Any]) -> Any:
-    """The model, rebuilt by `sweeps promote` from a checkpoint."""
+    """The network (on standardized features)."""
     from torch import nn
 
     hidden = int(config.get("hidden_size", 32))
     return nn.Sequential(nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, NUM_CLASSES))
 
 
-def load_data(seed: int = 0) -> tuple[Any, Any, Any, Any]:
-    """Standardized wine features and labels: (x_train, y_train, x_val, y_val) tensors."""
-    import torch
+def split(seed: int = 0) -> tuple[Any, Any, Any, Any]:
+    """Raw wine features and labels, as scikit-learn gives them: (x_train, y_train, x_val, y_val) arrays."""
     from sklearn.datasets import load_wine
     from sklearn.model_selection import train_test_split
 
     x, y = load_wine(return_X_y=True)
     x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.25, random_state=seed, stratify=y)
+    return x_tr, y_tr, x_va, y_va
+
+
+def load_data(seed: int = 0) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """Standardized features and labels as tensors, and the scaler (the training split's mean and std)."""
+    import torch
+
+    x_tr, y_tr, x_va, y_va = split(seed)
     mean, std = x_tr.mean(axis=0), x_tr.std(axis=0) + 1e-8
     f = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
-    return f(x_tr), torch.tensor(y_tr), f(x_va), torch.tensor(y_va)
+    scaler = {{"mean": torch.tensor(mean), "std": torch.tensor(std)}}
+    return f(x_tr), torch.tensor(y_tr), f(x_va), torch.tensor(y_va), scaler
+
+
+def load_model(checkpoint_dir: str, config: dict[str, Any]) -> Any:
+    """What `sweeps promote` reads a checkpoint with: state.pt -> the network behind its saved scaler, so the
+    registered model takes raw feature rows."""
+    import torch
+
+    from trainables.common import ServableModel, standardized
+
+    state = torch.load(os.path.join(checkpoint_dir, "state.pt"), weights_only=True)
+    net = build_model(config)
+    net.load_state_dict(state["model"])
+    return ServableModel(module=standardized(net.eval(), state["scaler"]["mean"], state["scaler"]["std"]),
+                         task="classification", columns=tuple(f"feature_{{i}}" for i in range(NUM_FEATURES)),
+                         labels=tuple(range(NUM_CLASSES)))
 
 
 def validation_data() -> tuple[Any, Any]:
-    _, _, x_va, y_va = load_data()
+    """Raw held-out rows and their labels: what `sweeps promote` scores the registered model on."""
+    _, _, x_va, y_va = split()
     return x_va, y_va
 
 
@@ -68,7 +93,7 @@ def train_loop(config: dict[str, Any]) -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    x_tr, y_tr, x_va, y_va = load_data(int(config.get("seed", 0)))
+    x_tr, y_tr, x_va, y_va, scaler = load_data(int(config.get("seed", 0)))
     loader = ray.train.torch.prepare_data_loader(
         DataLoader(TensorDataset(x_tr, y_tr), batch_size=int(config.get("batch_size", 32)), shuffle=True))
     model = ray.train.torch.prepare_model(build_model(config))
@@ -101,7 +126,8 @@ def train_loop(config: dict[str, Any]) -> None:
             saved = None
             if ray.train.get_context().get_world_rank() == 0:
                 torch.save({{"model": getattr(model, "module", model).state_dict(),
-                            "optimizer": optimizer.state_dict(), "epoch": epoch}}, os.path.join(d, "state.pt"))
+                            "optimizer": optimizer.state_dict(), "epoch": epoch, "scaler": scaler}},
+                           os.path.join(d, "state.pt"))
                 saved = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=saved)
 '''
@@ -110,6 +136,7 @@ TRAINABLE = """# The trainable {name}: {how}.
 name: {name}
 loop: {loop}
 builder: {builder}
+load_model: {load_model}  # load_model(checkpoint_dir, config): how `sweeps promote` reads a checkpoint
 metrics: [val/loss, val/acc, epoch]
 num_workers: 1
 use_gpu: false
@@ -164,6 +191,7 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
     if source is None:
         texts = [LOOP.format(name=name), TRAINABLE.format(name=name, loop=f"trainables.{name}.train_loop",
                                                           builder=f"trainables.{name}.build_model",
+                                                          load_model=f"trainables.{name}.load_model",
                                                           how="made by `python -m sweeps new trainable`"),
                  SPACE.format(name=name), EXPERIMENT.format(name=name, security="")]
         return Scaffold(dict(zip(files, texts, strict=True)), name)
@@ -173,7 +201,7 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
     package = loop.split(".")[0]
     security = f"\nsecurity:\n  allowed_targets: [{package}]  # the package --from points into\n"
     del files[root / "trainables" / f"{name}.py"]  # the code stays in the user's own package
-    texts = [TRAINABLE.format(name=name, loop=loop, builder="null", how=f"your own {source}"),
+    texts = [TRAINABLE.format(name=name, loop=loop, builder="null", load_model="null", how=f"your own {source}"),
              SPACE.format(name=name), EXPERIMENT.format(name=name, security=security)]
     return Scaffold(dict(zip(files, texts, strict=True)), name)
 

@@ -54,7 +54,10 @@ TAG_CHECKPOINT = "checkpoint"
 TAG_FORCED = "forced"
 
 
-EVAL_TAGS = ("accuracy", "rmse")
+TAG_TASK = "task"
+
+
+EVAL_TAGS = ("accuracy", "rmse", "perplexity")
 
 
 # -- pure rules ---------------------------------------------------------------------------------------------
@@ -138,13 +141,22 @@ def gate(champion: Champion | None, *, name: str, alias: str, metric: str, mode:
                       f"nothing registered. Pass --force to promote anyway")
 
 
-def score(outputs: Any, labels: Any) -> dict[str, float]:
-    """Accuracy (argmax) for a classifier's logits and integer labels, else rmse. numpy arrays in."""
+def score(task: str, pred: Any, y: Any, labels: Any = ()) -> dict[str, float]:
+    """The served model's answers against the truth, in the task's terms.
+
+    ``pred`` holds the served model's output columns: ``label`` (classification; ``y`` holds class indices
+    into ``labels``, or the labels themselves), ``prediction`` (regression; ``y`` in the same units), or
+    ``scored`` and ``log_likelihood`` per string (text; ``y`` unused) -> accuracy, rmse, perplexity.
+    """
     import numpy as np
 
-    out, y = np.asarray(outputs), np.asarray(labels)
-    # (N, C) logits vs (N,) labels, or per-position (N, T, V) logits vs (N, T) token ids (a language model)
-    if out.ndim == y.ndim + 1 and out.shape[-1] > 1 and np.issubdtype(y.dtype, np.integer):
-        return {"accuracy": float((out.argmax(axis=-1) == y).mean())}
-    err = out.reshape(len(y)).astype(np.float64) - y.astype(np.float64)
+    if task == "text":
+        n = float(np.sum(pred["scored"]))
+        return {"perplexity": math.exp(-float(np.sum(pred["log_likelihood"])) / n) if n else math.nan}
+    y = np.asarray(y)
+    if task == "classification":
+        truth = (np.asarray(list(labels), dtype=object)[y.astype(np.int64)]
+                 if np.issubdtype(y.dtype, np.integer) and len(labels) else y.astype(object))
+        return {"accuracy": float(np.mean(np.asarray(pred["label"], dtype=object) == truth))}
+    err = np.asarray(pred["prediction"], dtype=np.float64) - y.astype(np.float64)
     return {"rmse": float(np.sqrt(np.mean(err ** 2)))}

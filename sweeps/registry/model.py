@@ -1,4 +1,10 @@
-"""From a checkpoint to a model: verify the folder, rebuild the trainable's model, evaluate it."""
+"""From a checkpoint to a servable model: find the folder, call the trainable's loader, read its validation data.
+
+The loader is ``trainable.load_model`` (``load_model(checkpoint_dir, config) -> ServableModel | nn.Module``):
+the trainable alone knows its checkpoint layout, so promotion reads nothing in the folder itself. A trainable
+that names only a ``builder`` is read the common way (``model.pt`` into ``builder(config)``) and served as a
+bare module.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +15,27 @@ from sweeps import uris
 from sweeps.config import security
 from sweeps.config.targets import TargetRefused, resolve
 from sweeps.errors import BadInput
-from sweeps.registry.gate import score
 
 
-# -- checks against the sweep's files -----------------------------------------------------------------------
 def verify_checkpoint(path: str | None, trial_id: str) -> str:
-    """The checkpoint folder, or BadInput when it is missing or incomplete (nothing is loaded yet)."""
-    from trainables.common import CHECKPOINT_FILES
-
+    """The checkpoint folder, or BadInput when it is gone (what files it holds is the loader's business)."""
     if not path:
         raise BadInput(f"checkpoint: trial {trial_id} has no checkpoint left on disk; promote another trial "
                        f"(--trial) or rerun the sweep")
     if not uris.is_dir(path):
         raise BadInput(f"checkpoint: {path} (trial {trial_id}) is missing")
-    bad = [f for f in CHECKPOINT_FILES
-           if not uris.is_file(uris.join(path, f)) or uris.size(uris.join(path, f)) == 0]
-    if bad:
-        raise BadInput(f"checkpoint: {path} (trial {trial_id}) is incomplete: missing or empty "
-                       f"{', '.join(bad)}; expected {', '.join(CHECKPOINT_FILES)}")
     return path
 
 
-def _builder(rec: Any) -> tuple[str, dict[str, Any]]:
-    """The trainable's dotted builder path and fixed params from the sweep's composed config."""
+def hook(rec: Any) -> tuple[str, str]:
+    """(config key, dotted path) of the trainable's loader: ``load_model``, else the ``builder`` fallback."""
     t = (rec.config or {}).get("trainable") or {}
-    builder = t.get("builder")
-    if not isinstance(builder, str) or not builder:
-        raise BadInput(f"trainable.builder: sweep {rec.sweep_id}'s trainable {t.get('name')!r} declares no "
-                       f"builder (build_model(config) -> nn.Module); promote needs one")
-    return builder, dict(t.get("params") or {})
+    for key in ("load_model", "builder"):
+        value = t.get(key)
+        if isinstance(value, str) and value:
+            return f"trainable.{key}", value
+    raise BadInput(f"trainable.load_model: sweep {rec.sweep_id}'s trainable {t.get('name')!r} names no loader "
+                   f"(load_model(checkpoint_dir, config) -> trainables.common.ServableModel); promote needs one")
 
 
 def _allowed(rec: Any) -> tuple[str, ...]:
@@ -49,49 +47,33 @@ def _allowed(rec: Any) -> tuple[str, ...]:
     return security.prefixes(extra)
 
 
-def rebuild(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any]:
-    """(model in eval mode, x_val, y_val): the trainable's builder + the checkpoint's weights + its data."""
-    from trainables.common import load_checkpoint
+def _builder_loader(build: Any) -> Any:
+    """The fallback loader for a trainable with a builder only: the common layout's ``model.pt``."""
+    from trainables.common import load_weights
 
-    builder, params = _builder(rec)
-    module = builder.replace(":", ".").rpartition(".")[0]
+    return lambda folder, config: load_weights(folder, build(config))
+
+
+def load(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any, str]:
+    """(what the loader returned, raw validation inputs, targets, the loader's config key)."""
+    key, dotted = hook(rec)
+    module = dotted.replace(":", ".").rpartition(".")[0]
     allowed = _allowed(rec)
     try:
-        build = resolve(builder, allowed)
+        target = resolve(dotted, allowed)
         validation_data = resolve(f"{module}.validation_data", allowed)
     except TargetRefused as exc:
-        raise BadInput(f"trainable.builder: cannot import {builder!r} and {module}.validation_data() "
-                       f"({exc}); a trainable exposes both for promotion") from None
+        raise BadInput(f"{key}: cannot import {dotted!r} and {module}.validation_data() ({exc}); a trainable "
+                       f"exposes both for promotion") from None
+    loader = target if key == "trainable.load_model" else _builder_loader(target)
+    params = dict(((rec.config or {}).get("trainable") or {}).get("params") or {})
     config = {**params, **trial.params}
-    model = build(config)
     try:
         with uris.local_copy(checkpoint) as folder:
-            state, _, _ = load_checkpoint(folder)
-        model.load_state_dict(state)
-    except Exception as exc:  # truncated file, foreign pickle (weights_only refuses it), shape mismatch
-        raise BadInput(f"checkpoint: {checkpoint} cannot be loaded into {builder}'s model ({exc})") from None
-    model.eval()
+            obj = loader(folder, config)
+    except Exception as exc:  # a missing file, a foreign pickle (weights_only refuses it), a shape mismatch
+        raise BadInput(f"checkpoint: {checkpoint} (trial {trial.trial_id}) cannot be loaded by {dotted} "
+                       f"({type(exc).__name__}: {exc})") from None
     # validation_data(config) when the trainable takes its settings (e.g. a data path), else validation_data()
     x_val, y_val = validation_data(config) if inspect.signature(validation_data).parameters else validation_data()
-    return model, x_val, y_val
-
-
-def evaluate(model: Any, x: Any, y: Any) -> dict[str, float]:
-    import torch
-
-    with torch.no_grad():
-        out = model(x)
-    return score(out.numpy(), y.numpy())
-
-
-def requirements() -> list[str]:
-    """Pinned runtime requirements (MLflow's inference loads the model in a subprocess: slow on 2 cores)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = []
-    for pkg in ("torch", "numpy", "cloudpickle"):
-        try:
-            out.append(f"{pkg}=={version(pkg)}")
-        except PackageNotFoundError:
-            out.append(pkg)
-    return out
+    return obj, x_val, y_val, key

@@ -1,26 +1,31 @@
-"""Promotion: a sweep's best checkpoint -> an MLflow model in the trial's run -> a registry version + alias.
+"""Promotion: a sweep's best checkpoint -> a servable MLflow model in the trial's run -> a registry version + alias.
 
 Pipeline (everything that can be refused is checked before anything is written):
 
 1. the sweep record (``store.load``; ``latest`` works) and its trials (``results.load_records``);
-2. the trial: ``--trial`` or the sweep's best (``summary.collect``); its best remaining checkpoint folder,
-   verified file by file (``trainables.common.CHECKPOINT_FILES``);
-3. the model, rebuilt by the trainable's own builder (``trainable.builder``) with the trainable's params plus
-   the trial's, loaded with ``torch.load(weights_only=True)`` and evaluated on the trainable's
-   ``validation_data()`` (accuracy for classifiers, rmse for regressors);
-4. the gate: the version the alias points at must have recorded a worse value of the same metric and mode,
-   unless ``force``;
-5. ``mlflow.pytorch.log_model`` into the trial's run (with an input example, so MLflow infers the signature),
-   ``mlflow.register_model(<logged model uri>)`` (``runs:/`` URIs fail in MLflow 3: docs/mlflow.md), lineage
-   tags on the version, and the alias moved to it.
+2. the trial: ``--trial`` or the sweep's best (``summary.collect``), and its best remaining checkpoint folder;
+3. the model, from the trainable's own loader (``trainable.load_model(checkpoint_dir, config)``, which alone
+   knows the checkpoint's layout) with the trainable's params plus the trial's;
+4. the package (``package.py``): the servable module exported with ``torch.export``, the preprocessing data
+   it needs, a signature and input example of raw rows, pinned requirements; saved locally, loaded back with
+   ``mlflow.pyfunc.load_model`` and scored on the trainable's raw ``validation_data()`` in the task's terms
+   (accuracy, rmse in the target's units, perplexity);
+5. under the registry lock for ``NAME@ALIAS`` (``lock.py``: one promotion at a time, whoever runs it): the gate
+   (the version the alias points at must have recorded a worse value of the same metric and mode, unless
+   ``force``), the package logged into the trial's run, ``mlflow.register_model(<logged model uri>)``
+   (``runs:/`` URIs fail in MLflow 3: docs/mlflow.md), lineage tags on the version, and the alias moved to it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sweeps.errors import BadInput
@@ -34,15 +39,18 @@ from sweeps.registry.gate import (
     TAG_MODE,
     TAG_RUN,
     TAG_SWEEP,
+    TAG_TASK,
     TAG_TRIAL,
     TAG_VALUE,
     check_alias,
     check_model_name,
     gate,
 )
-from sweeps.registry.model import evaluate, rebuild, verify_checkpoint
+from sweeps.registry.model import load, verify_checkpoint
 
 log = logging.getLogger(__name__)
+
+PAUSE_ENV = "SWEEPS_TEST_PROMOTE_PAUSE_S"  # seconds to wait between the gate and the alias move (tests only)
 
 
 def pick_trial(records: Sequence[Any], metric: str, mode: str, sweep_id: str, trial_id: str | None) -> Any:
@@ -98,7 +106,8 @@ class Promotion:
                 f"{evals} on the validation data")
         if self.replaced:
             text += f"; {self.replaced}"
-        return text + f". Load it with mlflow.pyfunc.load_model('models:/{self.model_name}@{self.alias}')"
+        return text + (f". Load it with mlflow.pyfunc.load_model('models:/{self.model_name}@{self.alias}'): raw "
+                       f"inputs in, answers in the task's terms out")
 
 
 @dataclass(frozen=True)
@@ -132,12 +141,14 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
         force: skip the gate.
 
     Raises:
-        BadInput: bad name/alias, unknown sweep or trial, no successful trial, missing/incomplete checkpoint.
-        GateRefused: the alias's current version recorded a better or equal value.
+        BadInput: bad name/alias, unknown sweep or trial, no successful trial, a checkpoint the trainable's
+            loader cannot read, a model that cannot be packaged.
+        GateRefused: the alias's current version recorded a better or equal value (or another promotion of
+            the same alias held the lock for too long).
 
     Example:
         ``promote("latest", model_name="digits-mlp")`` then
-        ``mlflow.pyfunc.load_model("models:/digits-mlp@champion")``.
+        ``mlflow.pyfunc.load_model("models:/digits-mlp@champion").predict(raw_rows)``.
     """
     if model_name is not None:
         check_model_name(model_name)
@@ -146,24 +157,58 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
     rec, trial = cand.rec, cand.trial
     name = check_model_name(model_name or rec.experiment, "--model-name (default: the experiment name)")
     registry.check_store(rec.tracking_uri)
-    model, x_val, y_val = rebuild(rec, trial, cand.checkpoint)
-    evaluation = evaluate(model, x_val, y_val)
+    _gate(cand, name, alias, force)  # a plain refusal costs no packaging and writes nothing; re-run under the lock
+    obj, x_val, y_val, key = load(rec, trial, cand.checkpoint)
+    with tempfile.TemporaryDirectory(prefix="sweeps-package-") as tmp:
+        servable, kwargs, evaluation = _package(obj, x_val, y_val, key, Path(tmp))
+        return _register(cand, name, alias, force, servable.task, kwargs, evaluation)
 
+
+def _package(obj: Any, x_val: Any, y_val: Any, key: str, folder: Path) -> tuple[Any, dict[str, Any],
+                                                                               dict[str, float]]:
+    """(servable, log_model's arguments, scores of the saved package loaded back on the validation data)."""
+    import mlflow.pyfunc
+
+    from sweeps.registry import package
+
+    servable = package.servable(obj, x_val, y_val, key)
+    kwargs = package.save_local(servable, x_val, folder, key)
+    mlflow.pyfunc.save_model(path=str(folder / "model"), **kwargs)
+    served = mlflow.pyfunc.load_model(str(folder / "model"))
+    return servable, kwargs, package.evaluate(servable, served, x_val, y_val)
+
+
+def _gate(cand: _Candidate, name: str, alias: str, force: bool, c: Any = None) -> str | None:
+    """The gate against the version ``name@alias`` points at now (GateRefused, or what it replaces)."""
     from sweeps.tracking import client as mc
 
+    c = c if c is not None else mc.client(cand.rec.tracking_uri)
+    return gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=cand.rec.metric,
+                mode=cand.rec.mode, value=cand.value, force=force)
+
+
+def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, kwargs: dict[str, Any],
+              evaluation: dict[str, float]) -> Promotion:
+    """Under the lock: gate on the current champion, log + register the package, move the alias."""
+    from sweeps.registry import lock
+    from sweeps.tracking import client as mc
+
+    rec, trial = cand.rec, cand.trial
     c = mc.client(rec.tracking_uri)
     run = registry.find_trial_run(c, rec, trial.trial_id)
-    replaced = gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=rec.metric,
-                    mode=rec.mode, value=cand.value, force=force)
     git = c.get_run(rec.parent_run_id).data.tags.get("git_commit", "unknown")
-    tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
-            TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
-            TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint,
-            **{k: repr(v) for k, v in evaluation.items()}}
-    if force and replaced:
-        tags[TAG_FORCED] = "true"
-    version, uri = registry.register(rec, run.info.run_id, model, x_val, name, tags)
-    c.set_registered_model_alias(name, alias, version)
+    with lock.holding(c, name, alias) as held:
+        replaced = _gate(cand, name, alias, force, c)  # authoritative: nobody else can move the alias now
+        time.sleep(float(os.environ.get(PAUSE_ENV, 0) or 0))  # tests: hold the gate open so promotions overlap
+        tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
+                TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
+                TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint, TAG_TASK: task,
+                **{k: repr(v) for k, v in evaluation.items()}}
+        if force and replaced:
+            tags[TAG_FORCED] = "true"
+        version, uri = registry.register(rec, run.info.run_id, kwargs, name, tags)
+        held.check()  # still ours: nobody else moved the alias since the gate read it
+        c.set_registered_model_alias(name, alias, version)
     log.info("registered %s version %s (%s) as @%s", name, version, uri, alias)
     return Promotion(model_name=name, version=version, alias=alias, sweep_id=rec.sweep_id,
                      trial_id=trial.trial_id, metric=rec.metric, mode=rec.mode, value=cand.value,

@@ -12,7 +12,6 @@ from typing import Any
 from sweeps.errors import BadInput
 from sweeps.registry.gate import (
     EVAL_TAGS,
-    EXAMPLE_ROWS,
     TAG_METRIC,
     TAG_MODE,
     TAG_SWEEP,
@@ -21,7 +20,7 @@ from sweeps.registry.gate import (
     Champion,
     _float,
 )
-from sweeps.registry.model import requirements
+from sweeps.registry.lock import is_lock
 from sweeps.tracking import client as mc
 
 
@@ -81,20 +80,20 @@ def current_champion(c: Any, name: str, alias: str) -> Champion | None:
     return Champion.from_tags(mv.version, mv.tags)
 
 
-def register(rec: Any, run_id: str, model: Any, x_val: Any, name: str, tags: dict[str, str]
-              ) -> tuple[str, str]:
-    """Log the PyTorch model in the trial's run (status untouched) and register it; (version, model uri)."""
+def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: dict[str, str]
+             ) -> tuple[str, str]:
+    """Log the model package in the trial's run (status untouched) and register it; (version, model uri)."""
     import mlflow
-    import mlflow.pytorch
+    import mlflow.pyfunc
+    from mlflow.models import Model
 
-    example = x_val[:EXAMPLE_ROWS].numpy()
     with mlflow_uris(rec.tracking_uri):
         mlflow.set_experiment(experiment_id=rec.mlflow_experiment_id)
-        # run_id (passed through to Model.log) attaches the model to the finished trial run without
-        # reopening it: start_run() would flip a KILLED/FINISHED run to RUNNING and then FINISHED.
-        info = mlflow.pytorch.log_model(model, name="model", input_example=example,
-                                        pip_requirements=requirements(), run_id=run_id,
-                                        tags={TAG_SWEEP: rec.sweep_id, TAG_TRIAL: tags[TAG_TRIAL]})
+        # Model.log(run_id=...) attaches the model to the finished trial run without reopening it: start_run()
+        # would flip a KILLED/FINISHED run to RUNNING and then FINISHED. (mlflow.pyfunc.log_model takes no
+        # run_id; it calls Model.log with flavor=mlflow.pyfunc.)
+        info = Model.log(artifact_path=None, name="model", flavor=mlflow.pyfunc, run_id=run_id,
+                         tags={TAG_SWEEP: rec.sweep_id, TAG_TRIAL: tags[TAG_TRIAL]}, **package)
         mv = mlflow.register_model(info.model_uri, name, tags=tags)
     return str(mv.version), str(info.model_uri)
 
@@ -118,7 +117,7 @@ def _registered(c: Any) -> list[Any]:
     token = None
     while True:
         page = c.search_registered_models(max_results=1000, page_token=token)
-        out.extend(page)
+        out.extend(m for m in page if not is_lock(m.name))  # a promotion in progress, not a model
         token = page.token
         if not token:
             return out

@@ -1,4 +1,4 @@
-"""The ``trainable`` section: the loop, its builder and datasets, workers and resources, fixed params."""
+"""The ``trainable`` section: the loop, its builder, loader and datasets, workers and resources, fixed params."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sweeps.config.reader import Reader, mlflow_name_errors
 from sweeps.config.spec import TrainableCfg
 
 PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-DOTTED = ("loop", "builder", "datasets")
+DOTTED = ("loop", "builder", "load_model", "datasets")
 
 
 def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
@@ -18,6 +18,7 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     loop = r.get("trainable", "loop", "str")
     builder = r.get("trainable", "builder", "str", default=None)
     datasets = r.get("trainable", "datasets", "str", default=None)
+    load_model = r.get("trainable", "load_model", "str", default=None)
     metrics = r.get("trainable", "metrics", "list", default=[])
     workers = r.get("trainable", "num_workers", "int")
     use_gpu = r.get("trainable", "use_gpu", "bool", default=False)
@@ -40,7 +41,7 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     return TrainableCfg(
         name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
-        checkpoint_every=every, params=dict(params), datasets=datasets,
+        checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
     )
 
 
