@@ -118,7 +118,7 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], trial_id: str, queue
             # A finite controller_failure_limit: the default (-1) retries worker start-up forever (docs/ray.md).
             failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
                                                    controller_failure_limit=3),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),  # Tune may still copy older ones (S3)
         ),
     )
 
