@@ -1,95 +1,336 @@
-"""A real multi-node Ray cluster on one machine (a head and three worker nodes, each its own raylet), a real
-`mlflow server`, shared storage: trials spread over nodes, and a sweep survives losing a node. Slow tier."""
+"""A real multi-node Ray cluster on this machine whose nodes do not have this project, a real S3-compatible server
+(moto) and a real ``mlflow server`` whose artifacts live in that S3. Slow tier, marked ``cluster``.
+
+One cluster serves the module (tests/cluster_harness.py): a 0-CPU head, so every trial must run on a worker
+node, and worker nodes started in their own mount namespace where the checkout and the editable install are
+hidden (``import sweeps`` fails there: asserted). Token authentication is on for every node and client.
+The tests run in file order on purpose: the first one starts its sweep on the bare head (autoscaling shape) and
+adds the worker node; the last one adds a second node and kills one.
+"""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, wait_for
+from cluster_harness import REPO, Cluster, S3Server, WorkerNode, start_s3, wait_until
+from conftest import SweepsEnv
 
+from sweeps import uris
 from sweeps.tracking import server as mlflow_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow, pytest.mark.cluster,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                       reason="worker nodes without the project need root and unshare (mount namespaces)"),
+]
+
+NODE_CPUS = 4  # two 1-worker trials (driver + worker = 2 CPUs each) per node
+TRIAL = ["+experiment=quickstart", "trainable.num_workers=1", "report.enabled=false",
+         "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=180",
+         "cluster.wait_for_resources_s=300"]
 
 
-def _rows(d: Path) -> list[dict]:
-    f = d / "result.json"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.is_file() else []
+@dataclass
+class Parts:
+    root: Path
+    s3: S3Server
+    mlflow: mlflow_server.Server
+    cluster: Cluster
+
+    def worker(self) -> WorkerNode:
+        """The worker node every test shares (started on first use when the first test did not add it)."""
+        if not self.cluster.workers:
+            self.cluster.start_worker(NODE_CPUS, env=self.s3.env)
+        return self.cluster.workers[0]
+
+    def remote(self) -> list[str]:
+        return ["cluster=remote", f"cluster.address={self.cluster.address}", f"tracking.uri={self.mlflow.url}"]
+
+    def driver_env(self) -> dict[str, str]:
+        """A `sweeps` driver on this machine: the cluster's token (in HOME) and S3's endpoint. No RAY_AUTH_MODE:
+        sweeps turns token mode on for itself when it finds a token (docs/cluster.md, the table)."""
+        env = {"HOME": str(self.cluster.home), **self.s3.env}
+        return env
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    from ray.cluster_utils import Cluster
-
-    env = SweepsEnv(tmp_path)
-    for k in ("HOME", "RAY_TMPDIR"):
-        monkeypatch.setenv(k, env.env[k])
-    (env.ray_tmp / "ray").mkdir(parents=True, exist_ok=True)
-    c = Cluster(initialize_head=True, connect=False,
-                head_node_args={"num_cpus": 2, "resources": {"driver_slot": 2},
-                                "include_dashboard": True, "temp_dir": str(env.ray_tmp),
-                                "dashboard_port": mlflow_server.free_port()})
-    workers = [c.add_node(num_cpus=2, resources={"worker_slot": 2}) for _ in range(3)]
-    c.wait_for_nodes()
-    yield env, c, workers
-    c.shutdown()
-    env.cleanup()
-
-
-def test_sweep_spreads_over_nodes_and_survives_losing_one(cluster, tmp_path: Path) -> None:  # noqa: ANN001
-    env, c, workers = cluster
-    (tmp_path / "server").mkdir()
-    srv = mlflow_server.start(f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
-                              artifacts_destination=tmp_path / "server" / "artifacts")
-    shared = tmp_path / "shared"
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
+    root = tmp_path_factory.mktemp("cluster")
+    s3 = start_s3(root / "moto.log")
+    saved = {k: os.environ.get(k) for k in s3.env}
+    os.environ.update(s3.env)  # this process reads S3 too (pyarrow, boto3)
+    home = root / "home"
+    home.mkdir()
+    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+    cluster = Cluster(root, home, base)
+    srv = None
     try:
-        proc = env.popen(
-            "run", "+experiment=quickstart", "cluster=remote", f"cluster.address={c.address}",
-            f"tracking.uri={srv.url}", f"storage.path={shared}", "scheduler=fifo", "sweep.num_samples=2",
-            "sweep.max_concurrent_trials=2", "search_space.lr={dist: choice, values: [0.03]}",
-            "trainable.num_workers=2", "trainable.resources_per_worker={CPU: 1, worker_slot: 1}",
-            "cluster.driver_resources={driver_slot: 1}", "trainable.params.epochs=8",
-            "failure.worker_max_failures=3", "failure.max_failures=2", "report.enabled=false")
-
-        def progress() -> dict[str, list[dict]] | None:
-            recs = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
-            if not recs:
-                return None
-            exp = Path(json.loads(recs[0].read_text())["experiment_dirs"][0])
-            rows = {d.name: _rows(d) for d in exp.iterdir() if d.is_dir()} if exp.is_dir() else {}
-            return rows if len(rows) == 2 and all(len(r) >= 2 for r in rows.values()) else None
-
-        rows = wait_for(progress, 400, interval=2, what="both trials training")
-        nodes_before = {r[-1]["node_id"] for r in rows.values()}
-        assert len(nodes_before) == 2, "the two trials run on two different nodes"
-        victim_id = sorted(nodes_before)[0]
-        victim = next(w for w in workers if w.node_id == victim_id)
-        c.remove_node(victim)  # a worker node dies mid-sweep
-        t_lost = time.time()
-        out, _ = proc.communicate(timeout=900)
-        assert proc.returncode == 0, out[-5000:]
-        (rec_path,) = list((env.home / "sweeps").glob("*.json"))
-        rec = json.loads(rec_path.read_text())
-        assert rec["counts"]["total"] == 2 and rec["counts"]["failed"] == 0
-        exp = Path(rec["experiment_dirs"][0])
-        for d in (d for d in exp.iterdir() if d.is_dir()):
-            trial_rows = _rows(d)
-            epochs = [r["epoch"] for r in trial_rows]
-            assert epochs[-1] == 8 and epochs.count(1) == 1, epochs
-            after = [r for r in trial_rows if r["timestamp"] > t_lost + 1]
-            assert all(r["node_id"] != victim_id for r in after)
-        assert os.path.isdir(shared / rec["sweep_id"])
+        # MLflow server on loopback with proxied artifacts in the same S3 (it needs the AWS env and boto3)
+        srv = mlflow_server.start(f"sqlite:///{root / 'mlflow.db'}", artifacts_destination=s3.uri("mlflow"),
+                                  log_path=root / "mlflow.log", env={**base, "HOME": str(home)})
+        cluster.start_head(env=s3.env)  # a Ray Job's driver runs there
+        yield Parts(root, s3, srv, cluster)
     finally:
-        srv.stop()
+        cluster.shutdown()
+        if srv is not None:
+            srv.stop()
+        s3.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
-def test_remote_cluster_refuses_local_store(tmp_path: Path) -> None:
+# -- helpers -------------------------------------------------------------------------------------------------
+def record(env: SweepsEnv | Path) -> dict:
+    """The (single) sweep index record under a SWEEPS_HOME; pathlib's glob also sees the store's temp files."""
+    home = env.home if isinstance(env, SweepsEnv) else env
+    recs = sorted(p for p in (home / "sweeps").glob("*.json") if not p.name.startswith(".")) \
+        if (home / "sweeps").is_dir() else []
+    return json.loads(recs[0].read_text()) if recs else {}
+
+
+def s3_rows(exp_uri: str) -> dict[str, list[dict]]:
+    """Each trial's result.json rows, read from the object store."""
+    out: dict[str, list[dict]] = {}
+    for name in uris.listdir(exp_uri):
+        f = uris.join(exp_uri, name, "result.json")
+        if name.startswith("run_trial") and uris.is_file(f):
+            out[name] = [json.loads(x) for x in uris.read_text(f).splitlines() if x.strip()]
+    return out
+
+
+def live_rows(cluster: Cluster, sweep_id: str) -> dict[str, list[dict]]:
+    """Rows as the driver writes them (its staging folder on the head's session dir), before they reach S3."""
+    out: dict[str, list[dict]] = {}
+    pattern = str(cluster.head.temp_dir / "session_*" / "artifacts" / "*" / sweep_id / "driver_artifacts" / "*" /
+                  "result.json")
+    for f in glob.glob(pattern):
+        rows = []
+        for line in Path(f).read_text(errors="replace").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass  # a half-written last line
+        out[Path(f).parent.name] = rows
+    return out
+
+
+def all_rows(env: SweepsEnv) -> list[dict]:
+    rec = record(env)
+    return [r for d in rec["experiment_dirs"] for rows in s3_rows(d).values() for r in rows]
+
+
+def check(proc: subprocess.CompletedProcess[str], what: str) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{what} exited {proc.returncode}\n{out[-6000:]}"
+    return out
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+# -- tests ---------------------------------------------------------------------------------------------------
+@pytest.mark.timeout(2400)
+def test_s3_sweep_waits_for_a_node_then_runs_report_resume_extend_promote_sync_doctor(
+        parts: Parts, tmp_path: Path) -> None:
+    """Object storage end to end on a cluster that grows, every trial on a node without this project.
+
+    The sweep starts on a 0-CPU head and waits ("waiting for resources"); a worker node joins; a trial fails
+    once and Tune retries it from its S3 checkpoint; the driver is SIGKILLed; resume, extend, report, promote
+    (reading the checkpoint from S3), sync and doctor all work from the s3:// location.
+    """
     env = SweepsEnv(tmp_path, seed_store=False)
-    proc = env.run("run", "+experiment=quickstart", "cluster=remote", "cluster.address=127.0.0.1:1")
-    assert proc.returncode == 2
-    assert "tracking.uri" in proc.stderr and "local store" in proc.stderr
-    assert not env.home.exists()
+    c, store = parts.cluster, parts.s3.uri("sweeps")
+    assert not c.workers, "this test starts on the bare head: run the module in file order"
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sweeps", "run", *TRIAL, *parts.remote(), f"storage.path={store}",
+             "sweep.num_samples=2", "scheduler=fifo", "trainable.params.epochs=6", "trainable.params.batch_size=16",
+             "+trainable.params.fault=raise_once", "+trainable.params.fault_epoch=2", "failure.worker_max_failures=0",
+             "failure.max_failures=1",
+             # every checkpoint kept: the SIGKILL below leaves a snapshot in S3 that may name a checkpoint that a
+             # smaller window already deleted (docs/cluster.md, "Storage")
+             "checkpoint.num_to_keep=8"],
+            cwd=tmp_path, env={**env.env, **parts.driver_env()}, stdout=out, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+    try:
+        wait_until(lambda: "waiting for resources: need CPU=2" in log.read_text() or proc.poll() is not None, 240,
+                   "the 'waiting for resources' line")
+        assert proc.poll() is None, log.read_text()[-4000:]
+        assert "cluster has nothing" in log.read_text() or "cluster has" in log.read_text()
+        w = parts.worker()  # the autoscaler's node arrives
+        assert "No module named 'sweeps'" in w.probe and "exit=1" in w.probe, w.probe
+
+        # both trials past their injected fault (retried from their epoch-1 S3 checkpoint), then the driver dies
+        def past_fault() -> dict[str, list[dict]] | None:
+            sid = record(env).get("sweep_id")
+            rows = live_rows(c, sid) if sid else {}
+            done = len(rows) == 2 and all(any(r.get("restored_epoch") for r in t) for t in rows.values())
+            return rows if done or proc.poll() is not None else None
+
+        wait_until(past_fault, 420, "both trials retried after their injected fault", interval=0.5)
+        assert proc.poll() is None, log.read_text()[-4000:]
+        kill_group(proc)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    rec = record(env)
+    sid = rec["sweep_id"]
+    assert rec["storage_path"] == store and rec["experiment_dirs"] == [f"{store}/{sid}"]
+
+    out = check(env.run("resume", sid, extra_env=parts.driver_env(), timeout=900), "resume")
+    assert re.search(rf"sweep {sid}: finished", out), out[-3000:]
+    rec = record(env)
+    assert rec["status"] == "finished" and rec["counts"]["total"] == 2 and rec["counts"]["failed"] == 0, out[-8000:]
+
+    out = check(env.run("extend", sid, "--more-trials", "1", extra_env=parts.driver_env(), timeout=900), "extend")
+    rec = record(env)
+    assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
+    assert len(rec["experiment_dirs"]) == 2 and all(d.startswith(store) for d in rec["experiment_dirs"])
+
+    # every trial, retried, resumed or added, ran on the worker node; the retry restored from S3
+    per_trial: dict[str, list[dict]] = {}
+    for d in rec["experiment_dirs"]:
+        per_trial.update(s3_rows(d))
+    assert len(per_trial) == 3
+    rows = [r for t in per_trial.values() for r in t]
+    assert {r["node_id"] for r in rows} == {w.node_id}
+    for name, trial in per_trial.items():
+        epochs = [r["epoch"] for r in trial]
+        assert epochs[-1] == 6 and epochs.count(1) == 1, (name, epochs)
+        assert trial[0]["config"].get("lr"), f"{name} ran without its sampled hyperparameters"
+        assert any(r.get("restored_epoch", 0) >= 1 for r in trial), f"{name} was never restored from a checkpoint"
+
+    out = check(env.run("report", sid, extra_env=parts.driver_env()), "report")
+    assert "3 trial(s)" in out
+    out = check(env.run("promote", sid, "--model-name", "cluster-digits", extra_env=parts.driver_env(), timeout=300),
+                "promote")
+    assert "registered cluster-digits version 1" in out
+    out = check(env.run("sync", sid, extra_env=parts.driver_env()), "sync")
+    assert "synced:" in out
+    out = check(env.run("doctor", "--storage", store, "--tracking-uri", parts.mlflow.url,
+                        extra_env=parts.driver_env()), "doctor")
+    assert f"{store} writable" in out
+    keys = parts.s3.keys("mlflow/")
+    assert any(k.endswith("checkpoint/model.pt") for k in keys), "trial checkpoints logged to MLflow's S3 store"
+    assert not any(k.startswith("sweeps/sweeps/") or "s3:" in k for k in parts.s3.keys())
+
+
+@pytest.mark.timeout(1500)
+def test_pbt_with_more_trials_than_slots_on_nodes_without_the_project(parts: Parts, tmp_path: Path) -> None:
+    """Synchronous PBT, 3 trials, room for 2: paused trials must not hold a slot (else: deadlock); exploits
+    copy a donor's S3 checkpoint into another trial; everything runs on the worker node."""
+    env = SweepsEnv(tmp_path, seed_store=False)
+    w = parts.worker()
+    out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('pbt')}", "scheduler=pbt",
+                        "scheduler.synch=true", "scheduler.perturbation_interval=2", "scheduler.quantile_fraction=0.34",
+                        "scheduler.hyperparam_mutations={lr: {dist: loguniform, low: 0.001, high: 0.1}}",
+                        "sweep.num_samples=3", "sweep.max_concurrent_trials=0", "trainable.params.epochs=3",
+                        "checkpoint.num_to_keep=4", extra_env=parts.driver_env(), timeout=1400), "PBT sweep")
+    rec = record(env)
+    assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
+    rows = all_rows(env)
+    assert {r["node_id"] for r in rows} == {w.node_id}
+    exploits = [r for r in rows if r.get("restored_from") and r["restored_from"] != r["trial_id"]]
+    assert exploits, "PBT copied no donor checkpoint into another trial"
+
+
+@pytest.mark.timeout(1500)
+def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
+    """`ray job submit --working-dir <checkout>` runs the sweep's driver on the head; the upload leaves out the
+    virtualenv and local state (.gitignore + .rayignore); a client without the token is refused."""
+    c = parts.cluster
+    w = parts.worker()
+    home = tmp_path / "home"  # SWEEPS_HOME of the job's driver: on this machine's disk, read by the test
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
+    refused = subprocess.run([*ray_cli, "job", "list", "--address", c.dashboard], capture_output=True, text=True,
+                             env={**c.base_env, "HOME": str(tmp_path)}, timeout=120)
+    assert refused.returncode != 0 and re.search(r"401|Unauthorized|authentication", refused.stdout + refused.stderr,
+                                                 re.IGNORECASE), refused.stdout + refused.stderr
+    runtime_env = {"env_vars": {"SWEEPS_HOME": str(home), "SWEEPS_CONF_DIR": "conf"}}
+    proc = subprocess.run(
+        [*ray_cli, "job", "submit", "--address", c.dashboard, "--working-dir", str(REPO), "--runtime-env-json",
+         json.dumps(runtime_env), "--", "python", "-m", "sweeps", "run", *TRIAL, "cluster=remote",
+         "cluster.address=auto", f"tracking.uri={parts.mlflow.url}", f"storage.path={parts.s3.uri('jobs')}",
+         "sweep.num_samples=1", "trainable.params.epochs=2", "scheduler=fifo"],
+        capture_output=True, text=True, env=c.client_env(), timeout=900, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert re.search(r"sweep \S+: finished", out), out[-3000:]
+    # what the job uploaded, as the head unpacked it: the code and configs, not .venv, .git or local state
+    (pkg,) = glob.glob(str(c.head.temp_dir / "session_*" / "runtime_resources" / "working_dir_files" / "*"))
+    files = [Path(d, f) for d, _, fs in os.walk(pkg) for f in fs]
+    names = {p.relative_to(pkg).parts[0] for p in files}
+    assert {"sweeps", "trainables", "conf", "search_spaces"} <= names, names
+    assert not names & {".venv", ".git", ".sweeps", "tests", "benchmarks", "reports"}, names
+    assert sum(p.stat().st_size for p in files) < 2_000_000, "the working dir upload is small"
+    rec = record(home)
+    assert rec["counts"]["completed"] == 1
+    rows = [r for d in rec["experiment_dirs"] for t in s3_rows(d).values() for r in t]
+    assert rows and {r["node_id"] for r in rows} == {w.node_id}
+
+
+@pytest.mark.timeout(1500)
+def test_node_loss_restores_the_trial_that_ran_there(parts: Parts, tmp_path: Path) -> None:
+    """Two worker nodes; the one a trial runs on is SIGKILLed mid-trial. That trial continues from a checkpoint
+    taken before the kill (in S3: the node's disk is gone), its epochs never restart, and every trial finishes."""
+    env = SweepsEnv(tmp_path, seed_store=False)
+    c = parts.cluster
+    parts.worker()
+    c.start_worker(NODE_CPUS, env=parts.s3.env)
+    ids = {w.node_id: w for w in c.workers}
+    proc = env.popen("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('loss')}", "scheduler=fifo",
+                     "sweep.num_samples=2", "trainable.params.epochs=8", "trainable.params.batch_size=8",
+                     "failure.worker_max_failures=2", "failure.max_failures=2", extra_env=parts.driver_env())
+    try:
+        def training() -> tuple[str, str, int] | None:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stdout.read()[-4000:] if proc.stdout else "driver exited")
+            sid = record(env).get("sweep_id")
+            for name, rows in (live_rows(c, sid) if sid else {}).items():
+                if rows and rows[-1]["epoch"] >= 2 and rows[-1]["node_id"] in ids:
+                    return name, rows[-1]["node_id"], rows[-1]["epoch"]
+            return None
+
+        victim_trial, victim_node, _ = wait_until(training, 420, "a trial past epoch 2", interval=0.3)
+        ids[victim_node].kill()
+        t_kill = time.time()
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 0, out[-6000:]
+    rec = record(env)
+    assert rec["counts"]["total"] == 2 and rec["counts"]["failed"] == 0 and rec["counts"]["completed"] == 2, out[-3000:]
+    per_trial = s3_rows(rec["experiment_dirs"][0])
+    assert len(per_trial) == 2
+    trial = per_trial[victim_trial]
+    story = [(r["epoch"], r["node_id"][:8], r.get("restored_epoch"), round(r["timestamp"] - t_kill, 1)) for r in trial]
+    # Rows are stamped when the trial's driver re-reports them, which may lag the training: what ran after the
+    # loss is what follows the victim node's last row, trained elsewhere.
+    last_on_victim = max(i for i, r in enumerate(trial) if r["node_id"] == victim_node)
+    after = trial[last_on_victim + 1:]
+    assert after, f"{victim_trial} never ran again after its node was killed: {story}"
+    assert all(r["node_id"] != victim_node for r in after), story
+    restored = after[0].get("restored_epoch", 0)
+    assert 1 <= restored <= trial[last_on_victim]["epoch"], f"not restored from a pre-kill checkpoint: {story}"
+    assert after[0]["epoch"] == restored + 1, f"epochs do not continue from the checkpoint: {story}"
+    epochs = [r["epoch"] for r in trial]
+    assert epochs.count(1) == 1 and epochs[-1] == 8, story

@@ -20,10 +20,29 @@ RECHECK_S = 5.0  # how often the cluster's resources are read again
 
 
 class Census:
-    """Which trials Tune has paused right now; fed by :func:`census_callback`, read by the limiters."""
+    """Which trials Tune has paused right now; fed by :func:`census_callback`, read by the limiters.
+
+    One per driver process (:func:`process_census`): a restored sweep unpickles its search algorithm (Tune's
+    ``tuner.pkl`` and searcher state) and must find the census that the resumed run's callback feeds, not a
+    stale copy that nothing updates (its limit would count paused trials again and deadlock PBT).
+    """
 
     def __init__(self) -> None:
         self.paused: set[str] = set()
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return process_census, ()
+
+
+_CENSUS: Census | None = None
+
+
+def process_census() -> Census:
+    """This process's census (made on first use)."""
+    global _CENSUS
+    if _CENSUS is None:
+        _CENSUS = Census()
+    return _CENSUS
 
 
 def census_callback(census: Census) -> Any:

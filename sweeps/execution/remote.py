@@ -14,6 +14,7 @@ import time
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput, SweepsError
+from sweeps.execution import shipping
 from sweeps.execution.plan import Plan, Resources, _fmt, cluster_resources, per_trial, total_trials, worker_bundle
 
 log = logging.getLogger(__name__)
@@ -94,3 +95,27 @@ def remote_plan(spec: SweepSpec) -> Plan:
     return Plan(per_trial=need, worker_bundle=worker_bundle(spec), concurrent_trials=conc,
                 total_trials=total_trials(spec), max_epochs=spec.trainable.epochs, resources=res,
                 num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0)
+
+
+def describe(spec: SweepSpec) -> str:
+    """The remote plan as ``--dry-run`` prints it (nothing is started; node types are checked).
+
+    Raises:
+        BadInput: when no node type of ``cluster.node_types`` can hold a worker.
+    """
+    check_node_types(spec)
+    cap, total = spec.sweep.max_concurrent_trials, total_trials(spec)
+    types = "; ".join(_fmt(t) for t in spec.cluster.node_types) or "not given (whatever nodes join)"
+    shipped = (", ".join([*shipping.ALWAYS, *shipping.user_packages(spec)]) + " (runtime_env py_modules)"
+               if spec.cluster.ship_code else "nothing (cluster.ship_code=false: the nodes' image holds the code)")
+    return "\n".join([
+        f"per trial      : {_fmt(per_trial(spec))} (driver + {spec.trainable.num_workers} workers x "
+        f"{_fmt(worker_bundle(spec))})",
+        f"cluster        : {spec.cluster.address or '$RAY_ADDRESS'}; node types: {types}",
+        f"concurrent     : as many trials as the live cluster holds{f', at most {cap}' if cap else ''} "
+        f"(recomputed as nodes join and go; paused trials do not count)",
+        f"waiting        : up to {spec.cluster.wait_for_resources_s:g} s for room for one trial "
+        f"(cluster.wait_for_resources_s)",
+        f"total trials   : {'unbounded (until the time budget)' if total is None else total}",
+        f"code shipped   : {shipped}",
+    ])

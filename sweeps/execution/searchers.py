@@ -108,7 +108,10 @@ def _searcher_state(experiment_dir: str) -> Iterator[str]:
 
 
 def is_restored(searcher: Any) -> bool:
-    return searcher is not None and not type(searcher).__name__.startswith("BasicVariant")
+    """A restored model-based searcher (it holds its space); random/grid search (even made elastic) is not."""
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    return searcher is not None and not isinstance(searcher, BasicVariantGenerator)
 
 
 def build_scheduler(spec: SweepSpec) -> Any:

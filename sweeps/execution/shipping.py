@@ -20,8 +20,11 @@ from sweeps.config.spec import SweepSpec
 DEPENDENCIES = {"ray", "torch", "mlflow", "optuna", "hyperopt", "hydra", "omegaconf", "pandas", "numpy",
                 "matplotlib", "sklearn", "pyarrow", "transformers", "accelerate", "croniter", "filelock"}
 ALWAYS = ("sweeps", "trainables")
-EXCLUDES = ["__pycache__", "*.pyc", ".git", ".sweeps", "reports", "checkpoint_*", "*.egg-info", ".pytest_cache",
-            ".mypy_cache", ".ruff_cache", "*.db", "mlruns", "mlartifacts"]
+# gitwildmatch patterns, matched at any depth of each shipped package: folders only (a trailing /), and never a
+# name a package may use for code (``reports`` would drop ``sweeps/reports``, ``checkpoint_*`` a checkpoint_io.py).
+EXCLUDES = ["__pycache__/", "*.pyc", ".git/", ".sweeps/", "checkpoint_*/", "*.egg-info/", ".pytest_cache/",
+            ".mypy_cache/", ".ruff_cache/", "*.db", "mlruns/", "mlartifacts/"]
+IN_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's entrypoint: its runtime_env
 # Non-secret settings that Train workers and trial drivers read, passed on when the driver has them.
 SETTINGS = ("SWEEPS_HOME", "SWEEPS_DATA_CACHE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION",
             "AWS_REGION", "MLFLOW_S3_ENDPOINT_URL", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -35,9 +38,10 @@ def user_packages(spec: SweepSpec) -> list[str]:
     return sorted(n for n in tops if n not in DEPENDENCIES and n not in sys.stdlib_module_names and n not in ALWAYS)
 
 
-def modules(spec: SweepSpec) -> list[Any]:
-    """The package modules to ship (Ray packs a module object's folder)."""
-    return [importlib.import_module(name) for name in (*ALWAYS, *user_packages(spec))]
+def modules(spec: SweepSpec) -> list[str]:
+    """The folders of the packages to ship. Paths, not module objects: inside a Ray Job, Ray deep-copies the
+    driver's runtime_env to merge it with the job's, and a module object cannot be copied."""
+    return [os.path.dirname(str(importlib.import_module(name).__file__)) for name in (*ALWAYS, *user_packages(spec))]
 
 
 def settings() -> dict[str, str]:
@@ -45,7 +49,15 @@ def settings() -> dict[str, str]:
 
 
 def runtime_env(spec: SweepSpec, env_vars: dict[str, str]) -> dict[str, Any]:
-    """The job-level ``runtime_env`` of a remote sweep (every Tune trial and Train worker inherits it)."""
+    """The job-level ``runtime_env`` of a remote sweep (every Tune trial and Train worker inherits it).
+
+    Inside a Ray Job (``ray job submit``, a KubeRay RayJob) Ray merges this with the job's own runtime_env and
+    refuses any key or env var set on both sides (``ray.init`` raises "Failed to merge the Job's runtime
+    env"); a job that passes ``SWEEPS_HOME`` or ``AWS_ENDPOINT_URL`` in its ``env_vars`` is the usual case.
+    There the driver's values win (``RAY_OVERRIDE_JOB_RUNTIME_ENV=1``): they are the job's, made absolute.
+    """
+    if IN_JOB in os.environ:
+        os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
     out: dict[str, Any] = {"env_vars": {**settings(), **env_vars}}
     if spec.cluster.ship_code:
         out["py_modules"] = modules(spec)

@@ -8,7 +8,7 @@ from typing import Any
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.budget import Budget
-from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic
+from sweeps.execution.concurrency import Capacity, census_callback, make_elastic, process_census
 from sweeps.execution.hours import Ledger, gated, ledger_callback
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.progress import Progress, progress_callback
@@ -77,6 +77,11 @@ def rungs(spec: SweepSpec) -> tuple[int, ...]:
     return (*out, int(max_t))
 
 
+def restored_callbacks(spec: SweepSpec) -> list[Any]:
+    """What a restored Tuner's new callbacks need beside the tracker: the census of paused trials (remote)."""
+    return [] if spec.cluster.mode == "local" else [census_callback(process_census())]
+
+
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
                 num_samples: int | None = None, name: str | None = None) -> Any:
@@ -96,7 +101,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
                         spec.trainable.epochs)
         extra.append(ledger_callback(ledger))
     if spec.cluster.mode != "local":
-        census = Census()
+        census = process_census()
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
         search_alg = make_elastic(search_alg, capacity, census)

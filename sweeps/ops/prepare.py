@@ -12,7 +12,7 @@ from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.errors import BadInput
-from sweeps.execution import plan
+from sweeps.execution import plan, remote
 
 
 def prepare(overrides: Sequence[str]) -> SweepSpec:
@@ -28,8 +28,7 @@ def dry_run(spec: SweepSpec) -> str:
     if spec.cluster.mode == "local":
         plan_text = plan.make_plan(spec, plan.local_resources(spec), local=True).describe()
     else:
-        plan_text = (f"per trial      : {plan.per_trial(spec)}\n(remote cluster: concurrency is sized from "
-                     f"its resources at launch)")
+        plan_text = remote.describe(spec)
     lines = [
         f"sweep          : {spec.sweep.name} ({spec.sweep.metric}, {spec.sweep.mode})",
         f"trainable      : {spec.trainable.name} ({spec.trainable.loop}), {spec.trainable.num_workers} "

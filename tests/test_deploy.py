@@ -1,0 +1,226 @@
+"""Fast checks of what a real cluster runs: the KubeRay manifests' `python -m sweeps` commands (each one
+dry-run), what a node imports (the libraries only), the remote plan text, and the code-shipping settings."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sweeps.cli.main import main
+
+REPO = Path(__file__).resolve().parent.parent
+MANIFESTS = sorted((REPO / "deploy" / "kuberay").glob("*.yaml"))
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+def sweeps_commands(text: str) -> list[list[str]]:
+    """Every `python -m sweeps ...` in a shell string, nested `sh -c "..."` included, as argv after `sweeps`."""
+    out: list[list[str]] = []
+    words = shlex.split(text)
+    for i, w in enumerate(words):
+        if w == "-c" and i + 1 < len(words) and i > 0 and words[i - 1] in ("sh", "bash"):
+            out += sweeps_commands(words[i + 1])
+    cmd: list[str] | None = None
+    for i, w in enumerate([*words, "&&"]):
+        if w in ("&&", ";", "||", "|"):
+            if cmd is not None:
+                out.append(cmd)
+            cmd = None
+        elif cmd is not None:
+            cmd.append(w)
+        elif words[max(0, i - 2):i + 1] == ["python", "-m", "sweeps"]:
+            cmd = []
+    return [c for c in out if c]
+
+
+def manifest_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for path in MANIFESTS:
+        for doc in yaml.safe_load_all(path.read_text()):
+            for s in _strings(doc):
+                if "python -m sweeps" in s:
+                    found += [(path.name, c) for c in sweeps_commands(s)]
+    return found
+
+
+def test_manifests_are_a_raycluster_a_rayjob_and_a_forbid_cronjob() -> None:
+    docs = {d["kind"]: d for p in MANIFESTS for d in yaml.safe_load_all(p.read_text()) if d}
+    rc = docs["RayCluster"]["spec"]
+    assert rc["enableInTreeAutoscaling"] is True
+    assert rc["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    assert all(g["minReplicas"] == 0 for g in rc["workerGroupSpecs"])
+    assert docs["RayJob"]["spec"]["clusterSelector"]["ray.io/cluster"] == docs["RayCluster"]["metadata"]["name"]
+    assert docs["CronJob"]["spec"]["concurrencyPolicy"] == "Forbid"
+    for kind in ("RayCluster", "RayJob", "CronJob"):  # token auth on every pod that talks to Ray
+        text = yaml.safe_dump(docs[kind])
+        assert "RAY_AUTH_MODE" in text and "RAY_AUTH_TOKEN" in text, kind
+
+
+def test_every_manifest_command_passes_a_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SWEEPS_CONF_DIR", str(REPO / "conf"))
+    monkeypatch.chdir(tmp_path)
+    commands = manifest_commands()
+    assert {name for name, _ in commands} == {"rayjob.yaml", "cronjob.yaml"}, commands
+    ran = 0
+    for name, argv in commands:
+        if argv[0] == "run":
+            assert main([*argv, "--dry-run"]) == 0, (name, argv, capsys.readouterr().err)
+            out = capsys.readouterr().out
+            assert "as many trials as the live cluster holds" in out and "node types: CPU=8" in out, out
+            ran += 1
+        elif argv[:2] == ["schedule", "add"]:
+            overrides = [a for a in argv[3:] if "=" in a and not a.startswith("--")]
+            assert main(["run", *overrides, "--dry-run"]) == 0, (name, argv, capsys.readouterr().err)
+            assert "as many trials as the live cluster holds" in capsys.readouterr().out
+            assert main(argv) == 0, (name, argv, capsys.readouterr().err)  # --no-install: only records it
+            assert (tmp_path / "home" / "schedules").is_dir()
+            ran += 1
+        else:
+            assert argv[:2] == ["schedule", "run"], argv  # runs the entry recorded above
+    assert ran == 2
+
+
+def test_a_node_imports_only_the_libraries() -> None:
+    """What a trial's driver and its Train workers import: no MLflow, Hydra, Optuna (the nodes lack them)."""
+    code = ("import sys; import ray.tune, ray.train.torch; "
+            "import sweeps.execution.trial, trainables.digits, trainables.diabetes, trainables.loop; "
+            "tops = {m.split('.')[0] for m in sys.modules}; "
+            "print(sorted(t for t in ('mlflow', 'hydra', 'omegaconf', 'optuna', 'hyperopt', 'matplotlib', "
+            "'croniter') if t in tops))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_elastic_random_search_is_not_a_restored_searcher() -> None:
+    """An extension's fresh random searcher made elastic (remote cluster) still gets the search space."""
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray.tune.search.optuna import OptunaSearch
+
+    from sweeps.execution.concurrency import Capacity, Census, make_elastic
+    from sweeps.execution.searchers import is_restored
+
+    class Fixed(Capacity):
+        def _compute(self) -> int:  # what the live cluster would say; no Ray here
+            return 2
+
+    cap = Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 2)
+    elastic = make_elastic(BasicVariantGenerator(max_concurrent=2), cap, Census())
+    assert type(elastic).__name__ == "ElasticVariants" and not is_restored(elastic)
+    assert is_restored(make_elastic(OptunaSearch(metric="m", mode="max"), cap, Census()))
+    assert isinstance(make_elastic(OptunaSearch(metric="m", mode="max"), cap, Census()), ConcurrencyLimiter)
+
+
+def test_inside_a_ray_job_the_drivers_runtime_env_may_repeat_the_jobs_env_vars(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray Job that sets SWEEPS_HOME in its env_vars: Ray would refuse the driver's runtime_env that sets it too."""
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    from sweeps.execution import shipping
+    from sweeps.ops.prepare import prepare
+
+    assert shipping.IN_JOB == RAY_JOB_CONFIG_JSON_ENV_VAR
+    spec = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000"])
+    monkeypatch.setenv("RAY_OVERRIDE_JOB_RUNTIME_ENV", "")  # recorded, so the test leaves it as it was
+    monkeypatch.delenv("RAY_OVERRIDE_JOB_RUNTIME_ENV")
+    monkeypatch.delenv(RAY_JOB_CONFIG_JSON_ENV_VAR, raising=False)
+    env = shipping.runtime_env(spec, {})
+    assert [Path(m).name for m in env["py_modules"]] == ["sweeps", "trainables"] and ".sweeps/" in env["excludes"]
+    from ray.runtime_env.runtime_env import _merge_runtime_env
+
+    job = {"working_dir": "s3://b/code.zip", "env_vars": {"SWEEPS_HOME": "/data"}}
+    assert _merge_runtime_env(job, env, override=True)["py_modules"] == env["py_modules"]  # deep-copyable
+    import os
+
+    assert "RAY_OVERRIDE_JOB_RUNTIME_ENV" not in os.environ
+    monkeypatch.setenv(RAY_JOB_CONFIG_JSON_ENV_VAR, '{"runtime_env": {"env_vars": {"SWEEPS_HOME": "h"}}}')
+    shipping.runtime_env(spec, {})
+    assert os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] == "1"
+
+
+def _packed(path: Path, excludes: list[str], include_parent: bool) -> set[str]:
+    """The files Ray's runtime_env packaging puts in the zip of ``path`` (its own code, not a copy of it)."""
+    import tempfile
+    import zipfile
+
+    from ray._private.runtime_env.packaging import _zip_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "pkg.zip"
+        _zip_files(str(path), excludes, str(out), include_gitignore=True, include_parent_dir=include_parent)
+        return set(zipfile.ZipFile(out).namelist())
+
+
+def _sources(root: Path, pkg: str) -> set[str]:
+    return {str(p.relative_to(root)) for p in (root / pkg).rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def test_shipped_packages_hold_every_module() -> None:
+    """py_modules with shipping.EXCLUDES: all of sweeps and trainables (a bare `reports` dropped sweeps/reports)."""
+    from sweeps.execution import shipping
+
+    for pkg in shipping.ALWAYS:
+        packed = _packed(REPO / pkg, shipping.EXCLUDES, include_parent=True)
+        missing = _sources(REPO, pkg) - packed
+        assert not missing, missing
+        assert not any("__pycache__" in n for n in packed)
+
+
+def test_the_job_working_dir_upload_is_the_code_and_configs() -> None:
+    """`ray job submit --working-dir <checkout>` honours .gitignore and .rayignore: code and configs, not the rest."""
+    packed = _packed(REPO, [], include_parent=False)
+    missing = (_sources(REPO, "sweeps") | _sources(REPO, "trainables")) - packed
+    assert not missing, missing
+    tops = {n.split("/")[0] for n in packed}
+    assert {"sweeps", "trainables", "conf", "search_spaces", "pyproject.toml"} <= tops, tops
+    assert not tops & {".venv", ".git", ".sweeps", "tests", "benchmarks", "docs", "deploy", "reports"}, tops
+
+
+def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() -> None:
+    """`resume` unpickles the search algorithm (tuner.pkl): its limiter must read the census that the resumed
+    run's callback updates, or paused trials count again and a PBT population larger than the cluster deadlocks."""
+    import pickle
+
+    import ray.cloudpickle
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from sweeps.execution.concurrency import Capacity, Census, make_elastic, process_census
+    from sweeps.execution.tuner import restored_callbacks
+    from sweeps.ops.prepare import prepare
+
+    class Fixed(Capacity):
+        def _compute(self) -> int:
+            return 2
+
+    alg = make_elastic(BasicVariantGenerator(max_concurrent=2), Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 0),
+                       process_census())
+    restored = pickle.loads(ray.cloudpickle.dumps(alg))
+    cells = [c.cell_contents for c in type(restored).next_trial.__closure__ or ()]
+    (census,) = [c for c in cells if isinstance(c, Census)]
+    assert census is process_census()
+    spec = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000"])
+    (callback,) = restored_callbacks(spec)
+
+    class Paused:
+        status, trial_id = "PAUSED", "t1"
+
+    callback.on_step_begin(0, [Paused()])
+    assert census.paused == {"t1"}
+    assert restored_callbacks(prepare(["+experiment=quickstart"])) == []
