@@ -32,8 +32,9 @@ from sweeps.tracking import server as mlflow_server
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.cluster,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                       reason="worker nodes without the project need root and unshare (mount namespaces)"),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None
+                       or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0,
+                       reason="worker nodes without the project need root and a working `unshare -m`"),
 ]
 
 NODE_CPUS = 4  # two 1-worker trials (driver + worker = 2 CPUs each) per node

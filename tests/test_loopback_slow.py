@@ -51,7 +51,8 @@ class Sampler:
             return
         for p in procs:
             try:
-                name = " ".join(p.cmdline())[:80] or p.name()
+                cmd = p.cmdline()  # the executable's own name first: a long install path must not cut it off
+                name = (" ".join([cmd[0].rsplit("/", 1)[-1], *cmd[1:]]) if cmd else p.name())[:120]
                 self.names[p.pid] = name
                 conns = p.net_connections(kind="tcp")
             except psutil.Error:

@@ -20,7 +20,7 @@ def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
         proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=8", "trainable.params.epochs=3",
                        "scheduler.grace_period=1",
                        "search_space.hidden_size={dist: choice, values: [8, 16, 32, 64, 96]}",
-                       "search_space.num_layers={dist: choice, values: [1, 2]}",
+                       "+search_space.num_layers={dist: choice, values: [1, 2]}",
                        "search_space.lr={dist: choice, values: [0.03]}", "sweep.constraints={model/params: '<= 5000'}",
                        *FAST, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

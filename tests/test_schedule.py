@@ -402,15 +402,15 @@ def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user
     subprocess.run(["crontab", "-"], input=user_crontab + foreign, text=True, check=True)
     home = str(sweeps_env.home)
     t = units.tag("nightly", home)
-    cron = "0 3 1 1 *"  # 03:00 on New Year's Day in Berlin: never due while the test runs
-    proc = sweeps_env.run("schedule", "add", "nightly", *TINY, "--cron", cron, "--tz", "Europe/Berlin",
+    expr = "0 3 1 1 *"  # 03:00 on New Year's Day in Berlin: never due while the test runs
+    proc = sweeps_env.run("schedule", "add", "nightly", *TINY, "--cron", expr, "--tz", "Europe/Berlin",
                           timeout=120, check=True)
     assert "installed in the crontab" in proc.stdout
     text = crontab_text()
     assert text.startswith(user_crontab + foreign)
     ours = [line for line in text.splitlines() if line.endswith(t)]
     assert len(ours) == 2 and ours[0].startswith("# sweeps schedule nightly")
-    fields, guarded = cron.cron_fields(cron, "Europe/Berlin", datetime.now(UTC))
+    fields, guarded = cron.cron_fields(expr, "Europe/Berlin", datetime.now(UTC))
     assert ours[1].startswith(f"{fields} cd {sweeps_env.root} && ")
     assert f"{sys.executable} -m sweeps schedule run nightly" in ours[1]
     assert f">> {sweeps_env.root}/logs/schedules/nightly.log 2>&1" in ours[1]

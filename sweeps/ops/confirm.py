@@ -57,7 +57,19 @@ def confirm_spec(spec: SweepSpec, points: list[dict[str, Any]]) -> SweepSpec:
     """The sweep's spec, re-running exactly ``points``: no search, no early stopping, no resource budget."""
     sweep = dataclasses.replace(spec.sweep, num_samples=len(points), points_to_evaluate=tuple(points),
                                 budget=BudgetCfg())
-    return dataclasses.replace(spec, sweep=sweep, scheduler=dict(FIFO), searcher=dict(BASIC), space={})
+    return dataclasses.replace(spec, sweep=sweep, scheduler=dict(FIFO), searcher=dict(BASIC),
+                               space=points_space(points))
+
+
+def points_space(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """A space holding exactly the points' values: Tune requires every preset key in the space."""
+    out: dict[str, dict[str, Any]] = {}
+    for point in points:
+        for key, value in point.items():
+            values = out.setdefault(key, {"dist": "choice", "values": []})["values"]
+            if value not in values:
+                values.append(value)
+    return out
 
 
 def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_k: int, seeds: int) -> Confirmed:
