@@ -57,5 +57,16 @@ def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
         assert len(done) >= 4 and all(len(t.values) == 2 for t in done)
         assert any(k.startswith("constraints") for t in done for k in t.system_attrs), "constraints reached Optuna"
         assert type(study.sampler).__name__ == "NSGAIISampler"
+        # promote picks from the front by the rule, and records the rule and the second objective on the version
+        proc = env.run("promote", "latest", "--rule", "cheapest_within:5", "--model-name", "pareto-digits",
+                       timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        version = c.get_model_version_by_alias("pareto-digits", "champion")
+        best_acc = max(pts[t][0] for t in expected)
+        near = {t for t in expected if pts[t][0] >= best_acc * 0.95}
+        chosen = version.tags["trial_id"]
+        assert chosen in near and pts[chosen][1] == min(pts[t][1] for t in near), (version.tags, pts)
+        assert version.tags["promote_rule"] == "cheapest_within:5" and version.tags["pareto_front"] == "true"
+        assert float(version.tags["second_value"]) == pts[chosen][1] <= 5000, "no infeasible trial promoted"
     finally:
         env.cleanup()

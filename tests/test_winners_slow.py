@@ -30,11 +30,15 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
     from scipy import stats
 
     env = SweepsEnv(tmp_path)
+    receiver = Receiver("ok")
+    hook = {"SWEEPS_TEST_HOOK": receiver.url}  # given as ${oc.env:...}: a later `promote` composes it again
     try:
         env.run("run", *TINY, "sweep.max_concurrent_trials=2",
                 "search_space.lr={dist: choice, values: [0.003, 0.03, 0.1]}", "searcher=grid",
                 "search_space.hidden_size={dist: choice, values: [32]}",
-                "search_space.batch_size={dist: choice, values: [64]}", "sweep.num_samples=1", check=True)
+                "notify.webhook_url=${oc.env:SWEEPS_TEST_HOOK}", "search_space.batch_size={dist: choice, values: [64]}",
+                "sweep.num_samples=1", check=True,
+                extra_env=hook)
         proc = env.run("confirm", "latest", "--top-k", "2", "--seeds", "3", timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rec = _index(env)
@@ -60,7 +64,19 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
         report = (env.root / "reports" / "quickstart" / rec["sweep_id"] / "summary.md").read_text()
         assert "## Confirmed" in report and rec["confirmed"][0]["digest"] in report
         assert (env.root / "reports" / "quickstart" / rec["sweep_id"] / "confirmed_intervals.png").is_file()
+        # promote --confirmed: the winner's best re-run, gated on (and recording) its pessimistic bound
+        proc = env.run("promote", "latest", "--confirmed", "--model-name", "confirmed-digits", timeout=600,
+                       extra_env=hook)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        version = c.get_model_version_by_alias("confirmed-digits", "champion")
+        winner = [r for r in confirm_runs if r.data.tags["sweeps.config_digest"] == rec["confirmed"][0]["digest"]]
+        assert version.tags["trial_id"] in {r.data.tags["sweeps.trial_id"] for r in winner}
+        assert version.tags["confirmed"] == "true"
+        assert float(version.tags["metric_value"]) == pytest.approx(rec["confirmed"][0]["pessimistic"])
+        events = [b["event"] for _, b in receiver.bodies]
+        assert events[0] == "finished" and events[-1] == "promoted", events
     finally:
+        receiver.server.shutdown()
         env.cleanup()
 
 

@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--alias", default="champion")
             sp.add_argument("--trial", default=None, metavar="TRIAL_ID")
             sp.add_argument("--force", action="store_true", help="promote even if the champion is better")
+            sp.add_argument("--rule", default=None, help="multi-objective: best_primary | cheapest_within:PCT "
+                            "(default: the sweep's promote.rule)")
+            sp.add_argument("--confirmed", action="store_true",
+                            help="promote `sweeps confirm`'s winner, gated on its pessimistic bound")
         elif name == "models":
             sp.add_argument("name", nargs="?", default=None)
             sp.add_argument("--tracking-uri", default=None)

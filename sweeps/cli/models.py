@@ -23,10 +23,14 @@ def format_table(rows: Sequence[Mapping[str, str]]) -> str:
 
 # -- CLI ----------------------------------------------------------------------------------------------------
 def cli_promote(args: argparse.Namespace) -> int:
-    """``python -m sweeps promote SWEEP_ID|latest [--model-name N] [--alias A] [--trial T] [--force]``."""
+    """``python -m sweeps promote SWEEP_ID|latest [--model-name N] [--alias A] [--trial T] [--force]
+    [--rule R] [--confirmed]``; the sweep's ``notify`` settings get a ``promoted`` event."""
+    from sweeps.ops.notify import notify_promoted
+
     result = promote(args.sweep_id, model_name=args.model_name, alias=args.alias, trial_id=args.trial,
-                     force=bool(args.force))
+                     force=bool(args.force), rule=args.rule, confirmed=bool(args.confirmed))
     print(result)
+    notify_promoted(result.sweep_id, str(result))
     return 0
 
 

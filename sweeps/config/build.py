@@ -61,6 +61,10 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
         notify=outputs.notify(r), confirm=outputs.confirm(r),
     )
     r.errors += security.check_targets(cfg, allowed)
+    if spec.promote.enabled and spec.promote.require_confirmed and not spec.confirm.enabled:
+        r.errors.append("promote.require_confirmed: auto-promotion (promote.enabled=true) of a confirmed winner "
+                        "needs confirm.enabled=true; set it, or promote later with `python -m sweeps promote "
+                        "SWEEP_ID --confirmed` after `sweeps confirm`")
     if r.errors:
         raise BadInput(*r.errors)
     return spec

@@ -79,3 +79,21 @@ def send(cfg: NotifyCfg, event: str, body: dict[str, Any]) -> bool:
     log.warning("notify: the webhook did not take the %s event of %s in %.0f s; the sweep goes on", event,
                 body.get("sweep_id"), DEADLINE_S)
     return False
+
+
+def notify_promoted(sweep_id: str, text: str) -> bool:
+    """A manual ``promote``: the ``promoted`` event to the sweep's webhook. The URL is not stored (a secret):
+    it comes from the sweep's config composed again (``${oc.env:...}`` or a default in the config files)."""
+    from sweeps import store
+    from sweeps.ops.prepare import spec_for
+
+    rec = store.load(sweep_id)
+    if not (rec.config.get("notify") or {}).get("webhook_url"):
+        return False  # the stored config says whether one was set (its value is redacted)
+    try:
+        cfg = spec_for(rec, []).notify
+    except Exception as exc:  # noqa: BLE001 - a config that no longer composes must not fail a done promotion
+        log.warning("notify: no promoted event: the sweep's config did not compose again (%s); pass the webhook "
+                    "as notify.webhook_url=${oc.env:VAR} so a later promote can send it", exc)
+        return False
+    return send(cfg, "promoted", payload("promoted", rec, text=f"sweeps: {text}"))

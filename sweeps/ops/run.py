@@ -255,7 +255,8 @@ def _promote(rec: store.SweepRecord, spec: SweepSpec) -> tuple[str, bool]:
     from sweeps.registry.promote import promote
 
     try:
-        res = promote(rec.sweep_id, model_name=spec.promote.model_name, alias=spec.promote.alias)
+        res = promote(rec.sweep_id, model_name=spec.promote.model_name, alias=spec.promote.alias,
+                      rule=spec.promote.rule, confirmed=spec.promote.require_confirmed)
         return str(res), False
     except GateRefused as exc:
         return f"not promoted: {exc}", True

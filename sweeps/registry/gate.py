@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps.errors import BadInput, GateRefused
@@ -100,11 +100,12 @@ class Champion:
     metric: str | None
     mode: str | None
     value: float | None
+    tags: Mapping[str, str] = field(default_factory=dict, compare=False)  # every tag, for rule gates
 
     @classmethod
     def from_tags(cls, version: str, tags: Mapping[str, str]) -> Champion:
         return cls(version=str(version), metric=tags.get(TAG_METRIC), mode=tags.get(TAG_MODE),
-                   value=_float(tags.get(TAG_VALUE)))
+                   value=_float(tags.get(TAG_VALUE)), tags=dict(tags))
 
 
 def _float(text: str | None) -> float | None:
@@ -115,13 +116,16 @@ def _float(text: str | None) -> float | None:
 
 
 def gate(champion: Champion | None, *, name: str, alias: str, metric: str, mode: str, value: float,
-         force: bool = False) -> str | None:
+         force: bool = False, rule: str = "best", second: tuple[str, str, float] | None = None) -> str | None:
     """Decide whether a candidate may take the alias.
 
     Returns a note on what it replaces (None when the alias is free). Raises GateRefused when the champion is
     better or equal, or when the champion's record cannot be compared (another metric or mode, no value),
-    unless ``force``.
+    unless ``force``. Under ``rule`` ``cheapest_within:PCT`` with a ``second`` objective both recorded, a
+    candidate within PCT % of the champion's primary value wins by being cheaper (``choice.rule_better``).
     """
+    from sweeps.registry.choice import rule_better
+
     if champion is None:
         return None
     where = f"{name}@{alias} (version {champion.version})"
@@ -133,11 +137,13 @@ def gate(champion: Champion | None, *, name: str, alias: str, metric: str, mode:
         raise GateRefused(f"promote: {note}; nothing registered. Pass --force to promote anyway, or use "
                           f"another --model-name/--alias")
     summary = f"{where} has {metric} = {champion.value:.6g}"
-    if is_better(value, champion.value, mode):
-        return f"replaced {summary}"
+    by_rule = rule_better(rule, mode, value, champion.value, second, champion.tags)
+    if by_rule if by_rule is not None else is_better(value, champion.value, mode):
+        return f"replaced {summary}" + (f" (rule {rule})" if by_rule is not None else "")
     if force:
         return f"replaced {summary} (forced; candidate {value:.6g} is not better)"
-    raise GateRefused(f"promote: {summary} ({mode}), at least as good as the candidate's {value:.6g}; "
+    how = f" under rule {rule}" if by_rule is not None else ""
+    raise GateRefused(f"promote: {summary} ({mode}), at least as good as the candidate's {value:.6g}{how}; "
                       f"nothing registered. Pass --force to promote anyway")
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.errors import BadInput
-from sweeps.registry import registry
+from sweeps.registry import choice, registry
 from sweeps.registry.gate import (
     TAG_CHECKPOINT,
     TAG_DIGEST,
@@ -116,21 +116,38 @@ class _Candidate:
     trial: Any
     checkpoint: str
     value: float
+    choice: choice.Choice
 
 
-def _candidate(sweep_id: str, trial_id: str | None) -> _Candidate:
+def _candidate(sweep_id: str, trial_id: str | None, rule: str | None, confirmed: bool) -> _Candidate:
+    """The trial (``--trial``; the confirmed winner; a front trial by rule; the best), its checkpoint, value."""
     from sweeps import store
     from sweeps.reports.results import load_records
 
     rec = store.load(sweep_id)
     records = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
-    trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, trial_id)
+    confirmed = confirmed or choice.require_confirmed(rec.config)
+    if confirmed and trial_id is not None:
+        raise BadInput("--trial: not with --confirmed (or promote.require_confirmed): the confirmed winner is "
+                       "promoted; drop one of them")
+    picked: choice.Choice | None = None
+    if confirmed:
+        records = load_records(rec.confirm_dirs, rec.metric, rec.mode, settled=True) if rec.confirm_dirs else []
+        picked = choice.confirmed_choice(rec, records)
+    elif trial_id is None:
+        picked = choice.front_choice(rec, records, choice.rule_of(rec.config, rule))
+    elif rule is not None:
+        raise BadInput("--rule: not with --trial (the rule picks the trial); drop one of them")
+    trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, picked.trial_id if picked else trial_id)
+    picked = picked or choice.Choice(trial.trial_id, "trial" if trial_id else "best")
     checkpoint = verify_checkpoint(trial.best_checkpoint, trial.trial_id)
-    return _Candidate(rec, trial, checkpoint, trial_value(trial, checkpoint, rec.metric, rec.mode))
+    value = picked.value if picked.value is not None else trial_value(trial, checkpoint, rec.metric, rec.mode)
+    return _Candidate(rec, trial, checkpoint, value, picked)
 
 
 def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champion",
-            trial_id: str | None = None, force: bool = False) -> Promotion:
+            trial_id: str | None = None, force: bool = False, rule: str | None = None,
+            confirmed: bool = False) -> Promotion:
     """Register a sweep's best (or named) trial's checkpoint as a new version of ``model_name`` at ``alias``.
 
     Args:
@@ -139,6 +156,10 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
         alias: the alias to move to the new version (the gate compares against its current version).
         trial_id: promote this trial instead of the sweep's best.
         force: skip the gate.
+        rule: multi-objective sweeps: which front trial (``best_primary``, ``cheapest_within:PCT``); default
+            the sweep's ``promote.rule``.
+        confirmed: promote ``sweeps confirm``'s winner, gated on its pessimistic bound (also when the sweep set
+            ``promote.require_confirmed``).
 
     Raises:
         BadInput: bad name/alias, unknown sweep or trial, no successful trial, a checkpoint the trainable's
@@ -153,7 +174,9 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
     if model_name is not None:
         check_model_name(model_name)
     alias = check_alias(alias)
-    cand = _candidate(sweep_id, trial_id)
+    if rule is not None:
+        _check_rule(rule)
+    cand = _candidate(sweep_id, trial_id, rule, confirmed)
     rec, trial = cand.rec, cand.trial
     name = check_model_name(model_name or rec.experiment, "--model-name (default: the experiment name)")
     registry.check_store(rec.tracking_uri)
@@ -184,7 +207,16 @@ def _gate(cand: _Candidate, name: str, alias: str, force: bool, c: Any = None) -
 
     c = c if c is not None else mc.client(cand.rec.tracking_uri)
     return gate(registry.current_champion(c, name, alias), name=name, alias=alias, metric=cand.rec.metric,
-                mode=cand.rec.mode, value=cand.value, force=force)
+                mode=cand.rec.mode, value=cand.value, force=force, rule=cand.choice.rule,
+                second=cand.choice.second)
+
+
+def _check_rule(rule: str) -> None:
+    from sweeps.config.sections.objectives import RULE
+
+    if not RULE.match(rule):
+        raise BadInput(f"--rule: {rule!r} is not a rule; use best_primary or cheapest_within:PCT (e.g. "
+                       f"cheapest_within:0.5)")
 
 
 def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, kwargs: dict[str, Any],
@@ -203,7 +235,7 @@ def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, k
         tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
                 TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
                 TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint, TAG_TASK: task,
-                **{k: repr(v) for k, v in evaluation.items()}}
+                **{k: repr(v) for k, v in evaluation.items()}, **cand.choice.tags}
         if force and replaced:
             tags[TAG_FORCED] = "true"
         version, uri = registry.register(rec, run.info.run_id, kwargs, name, tags)
