@@ -277,3 +277,20 @@ def test_param_importances_need_three_finished_trials() -> None:
     ]
     imp, why = importance.param_importances(summary.collect(recs, M, "max"), {})
     assert imp == {} and why is not None and "at least 3" in why and "got 2" in why
+
+
+def test_a_trial_stopped_at_its_first_report_is_not_charged_its_start_up() -> None:
+    """Tune's clock only: a one-report trial's time is start-up + one epoch; it gets one steady report of the
+    sweep's other trials instead (the first report of each start is the start-up's)."""
+    def tune_only(tid: str, times: list[float]) -> TrialRecord:
+        rows = [{M: 0.1, "training_iteration": float(i), "iterations_since_restore": float(i),
+                 "time_this_iter_s": t} for i, t in enumerate(times, 1)]
+        return TrialRecord(tid, "TERMINATED", {}, rows)
+
+    recs = [tune_only("long", [12.0, 1.0, 1.2, 1.0]), tune_only("cut", [11.0]), tune_only("cut2", [13.0])]
+    s = summary.collect(recs, M, "max", wall_s=30.0, slots=1)
+    by_id = {r.trial_id: r for r in s.rows}
+    assert by_id["long"].train_s == pytest.approx(3.2 + 1.0)  # steady reports + the first counted as the median
+    assert by_id["cut"].train_s == pytest.approx(1.0) and by_id["cut2"].train_s == pytest.approx(1.0)
+    alone = summary.collect([tune_only("cut", [11.0])], M, "max")
+    assert alone.rows[0].train_s == pytest.approx(11.0), "no steady report anywhere: the upper bound stays"

@@ -7,13 +7,17 @@ is the reference for "bring your own loop": PBT exploits, Tune retries and ``swe
 ``get_checkpoint()`` because the orchestrator seeds each Train run with the trial's checkpoint. As in Ray's PBT
 guide, the trial's own ``lr`` is applied after a restore (the optimizer state carries the donor's).
 
-``fail_once_at_epoch`` (tests only) raises at that epoch in a run that did not resume from a checkpoint.
+Tests only: ``fail_once_at_epoch`` raises at that epoch in a run that did not resume from a checkpoint;
+``epoch_sleep_s`` makes each epoch that much longer (a bigger model, in wall time); ``epoch_log`` names a
+folder where rank 0 appends each epoch's own start and end (an outside measure of the pure training time).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from typing import Any
 
 
@@ -65,6 +69,7 @@ def train_func(config: dict[str, Any]) -> None:
         group["lr"] = float(config["lr"])
 
     for epoch in range(start_epoch, int(config.get("epochs", 10))):
+        began = time.time()
         if ray.train.get_context().get_world_size() > 1:
             loader.sampler.set_epoch(epoch)
         model.train()
@@ -80,6 +85,8 @@ def train_func(config: dict[str, Any]) -> None:
             out = model(x_va)
             val_loss = float(loss_fn(out, y_va))
             val_acc = float((out.argmax(1) == y_va).float().mean())
+        time.sleep(float(config.get("epoch_sleep_s", 0.0)))
+        _log_epoch(config, epoch, began)
         if config.get("fail_once_at_epoch") == epoch and start_epoch == 0:
             raise RuntimeError(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
         metrics = {"train_loss": total / max(count, 1), "val_loss": val_loss, "val_acc": val_acc, "epoch": epoch}
@@ -91,3 +98,13 @@ def train_func(config: dict[str, Any]) -> None:
                            os.path.join(tmp, "state.pt"))
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=ckpt)
+
+
+def _log_epoch(config: dict[str, Any], epoch: int, began: float) -> None:
+    import ray.train
+
+    folder = config.get("epoch_log")
+    if folder and ray.train.get_context().get_world_rank() == 0:
+        line = json.dumps({"lr": config["lr"], "epoch": epoch, "start": began, "end": time.time()})
+        with open(os.path.join(folder, f"epochs-{os.getpid()}.jsonl"), "a") as f:
+            f.write(line + "\n")

@@ -48,6 +48,8 @@ class Row:
     data_bound: bool = False
     schedule: Schedule = field(default_factory=dict)
     error_file: str | None = None  # where the failed trial's traceback is
+    steady_s: float | None = None  # Tune clock: the median time between consecutive reports (no start-up)
+    unsteady_starts: int = 0  # Tune clock, no steady report: starts whose time is start-up + one epoch
 
     @property
     def failed(self) -> bool:
@@ -175,7 +177,8 @@ def to_row(
 ) -> Row:
     """One trial record -> its summary row (pure)."""
     s = _scan(rec.history, metric, mode)
-    train_s = s.train_s if s.train_s > 0.0 else _tune_train_s(s)
+    own = s.train_s > 0.0
+    train_s = s.train_s if own else _tune_train_s(s)
     data_frac = s.frac_sum / s.frac_n if s.frac_n else None
     wall = float(s.wall_s)
     return Row(
@@ -199,4 +202,19 @@ def to_row(
         data_frac=data_frac,
         data_bound=data_frac is not None and data_frac > DATA_BOUND_FRAC,
         schedule=schedule if schedule is not None else _schedule_from_history(rec.history),
+        steady_s=statistics.median(s.steady) if s.steady and not own else None,
+        unsteady_starts=s.starts if not s.steady and not own else 0,
     )
+
+
+def pooled_train_s(rows: Sequence[Row]) -> list[Row]:
+    """Trials stopped after one report per start (ASHA's first rung) have no steady report: their only time is
+    start-up plus one epoch. Their training time is taken as one steady report of the sweep's other trials
+    (the median of their medians) per start; with no such trial it stays the upper bound it is."""
+    import dataclasses
+
+    medians = [r.steady_s for r in rows if r.steady_s is not None]
+    if not medians:
+        return list(rows)
+    typical = statistics.median(medians)
+    return [dataclasses.replace(r, train_s=r.unsteady_starts * typical) if r.unsteady_starts else r for r in rows]

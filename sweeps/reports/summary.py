@@ -30,6 +30,7 @@ from sweeps.reports.rows import (  # noqa: F401 - re-exported: the summary's voc
     Schedule,
     _finite,
     best_value,
+    pooled_train_s,
     to_row,
 )
 
@@ -161,8 +162,8 @@ def collect(
         >>> s = collect(records, "val/acc", "max", max_epochs=8, wall_s=97.0, slots=2)
         >>> s.best.trial_id, s.counts["failed"], s.efficiency
     """
-    rows = [to_row(r, metric, mode, cpus=cpus_per_trial, gpus=gpus_per_trial,
-                   schedule=(schedules or {}).get(r.trial_id)) for r in records]
+    rows = pooled_train_s([to_row(r, metric, mode, cpus=cpus_per_trial, gpus=gpus_per_trial,
+                                  schedule=(schedules or {}).get(r.trial_id)) for r in records])
     ranked = rank(rows, mode)
     best = ranked[0] if ranked else None
     leaders = ranked[:top_k]
