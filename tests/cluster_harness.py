@@ -44,13 +44,10 @@ def free_port() -> int:
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.5):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    """conftest's ``wait_for``, with this module's argument order and a finer poll."""
+    from conftest import wait_for
+
+    return wait_for(pred, timeout, interval, what)
 
 
 def _kill_group(pid: int, sig: int) -> None:
