@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
