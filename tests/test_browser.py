@@ -7,6 +7,7 @@ with the tracking-server tests). Screenshots land in ``.../browser0/shots/*.png`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ class Site:
     children: dict[str, str]  # run name -> run id
     full_child: tuple[str, str]  # (name, id) of a child with one val/acc point per epoch
     shots: Path
+    printed_runs_url: str  # the link the sweep's end-of-run summary printed
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,9 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                 if len(c.get_metric_history(rid, "val/acc")) == EPOCHS)
     shots = tmp_path_factory.mktemp("browser") / "shots"
     shots.mkdir()
-    return Site(served.url, exp_id, served.sweep_id, parent.info.run_id, children, full, shots)
+    printed = re.search(r"MLflow\s*:\s*(\S+/#/experiments/\S+/runs)\s", served.stdout)
+    assert printed, served.stdout[-2000:]
+    return Site(served.url, exp_id, served.sweep_id, parent.info.run_id, children, full, shots, printed.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +105,9 @@ def test_runs_table_shows_the_parent_with_its_children_nested(site: Site, browse
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
 
-    browser.get(f"{site.url}/#/experiments/{site.experiment_id}/runs")
+    # the link the sweep printed (not MLflow's GenAI overview page an experiment opens on)
+    assert site.printed_runs_url == f"{site.url}/#/experiments/{site.experiment_id}/runs", site.printed_runs_url
+    browser.get(site.printed_runs_url)
     parent = _wait(browser, ec.visibility_of_element_located(_visible_link(site.sweep_id)),
                    site.shots / "runs-table-timeout.png", f"the parent run {site.sweep_id}")
     assert parent.get_attribute("href").endswith(f"/runs/{site.parent_id}")
