@@ -106,7 +106,9 @@ def test_model_based_searchers_use_their_model_after_the_start_up_trials(searche
                      f"{STARTUP[searcher]}=2", *FAST]
         env.run("run", *overrides, check=True)
         rec = _record(env)
-        trials = sorted(_trials(env, rec), key=lambda t: t.trial_id)
+        # in the order the searcher suggested them: Tune's trial counter in the folder name (searchers' trial ids
+        # are random hex, so sorting by id shuffles them)
+        trials = sorted(_trials(env, rec), key=lambda t: int(Path(t.path).name.split("_")[3]))
         assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
         state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
         assert state, f"{searcher} state is saved for resume/extend"
