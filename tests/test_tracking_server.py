@@ -243,7 +243,7 @@ def test_malformed_uri_fails_naming_tracking_uri(sweeps_env: SweepsEnv) -> None:
 def test_client_gives_up_on_a_dead_server_within_seconds(tmp_path: Path) -> None:
     """tracking.configure_client_env: MLflow's defaults would retry a dead server for minutes."""
     uri = f"http://127.0.0.1:{mlflow_server.free_port()}"
-    code = ("import sys, time\nfrom sweeps import tracking\nc = tracking.client(sys.argv[1])\n"
+    code = ("import sys, time\nfrom sweeps.tracking import client as tracking\nc = tracking.client(sys.argv[1])\n"
             "t = time.monotonic()\ntry:\n    c.search_experiments()\nexcept Exception as e:\n"
             "    print(type(e).__name__, round(time.monotonic() - t, 1))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_")}
