@@ -82,8 +82,8 @@ def test_no_trial_succeeds_exits_1_then_retry_errored_finishes(tmp_path: Path) -
 def test_a_searcher_that_cannot_be_built_leaves_no_run_running(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.run("run", *TINY, "searcher=optuna", "++searcher.storage._target_=optuna.storages.RDBStorage",
-                       f"++searcher.storage.url=sqlite:///{tmp_path}/no/such/folder/study.db")
+        # a valid setting (a sqlite URL) whose database cannot be opened: found only when the searcher is built
+        proc = env.run("run", *TINY, "searcher=optuna", f"++searcher.storage=sqlite:///{tmp_path}/no/such/folder/study.db")
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
         rec = _index(env)
         assert rec["status"] == "failed"

@@ -61,6 +61,10 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
         kwargs.update(metric=spec.sweep.metric, mode=spec.sweep.mode)
     if points:
         kwargs["points_to_evaluate"] = points
+    if isinstance(node.get("storage"), str):  # OptunaSearch's study database (validated: a sqlite:/// URL)
+        import optuna
+
+        node["storage"] = optuna.storages.RDBStorage(node["storage"])
     searcher = instantiate(node, spec.allowed_targets, "searcher", **kwargs)
     if spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node):
         return record_constraints(searcher, spec.sweep.constraints)

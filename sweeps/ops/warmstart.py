@@ -135,8 +135,7 @@ def optuna_overrides(name: str, spec: Any) -> list[str]:
         return []
     db = schedule.schedules_dir() / f"{name}.optuna.db"
     db.parent.mkdir(parents=True, exist_ok=True)
-    return ["++searcher.storage._target_=optuna.storages.RDBStorage",
-            f"++searcher.storage.url='sqlite:///{db}'",
+    return [f"++searcher.storage='sqlite:///{db}'",  # built into an RDBStorage by execution/searchers.py
             f"++searcher.study_name={name}-{spec.digest()}"]
 
 

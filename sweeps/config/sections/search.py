@@ -40,4 +40,9 @@ def searcher_errors(searcher: Mapping[str, Any], space_cfg: Mapping[str, Any]) -
     if not str(searcher.get("_target_", "")).endswith("BasicVariantGenerator") and space.has_grid(space_cfg):
         errors.append(f"search_space: dist=grid is only for searcher=random|grid, not "
                       f"searcher={searcher.get('name')}; use dist=choice")
+    storage = searcher.get("storage")
+    if storage is not None and not (isinstance(storage, str) and storage.startswith("sqlite:///")
+                                    and str(searcher.get("_target_", "")).endswith("OptunaSearch")):
+        errors.append(f"searcher.storage: {storage!r} is not a study database; OptunaSearch keeps its study in "
+                      f"a SQLite file named as searcher.storage=sqlite:///PATH (the nightly sets one per schedule)")
     return errors
