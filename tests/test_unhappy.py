@@ -169,3 +169,15 @@ def test_bootstrap_fails_loudly_when_an_install_fails(tmp_path: Path, failing: s
     proc = subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=root, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "failed" in proc.stderr and "No matching distribution" in proc.stderr, proc.stderr
+
+
+def test_an_optuna_study_database_is_a_sqlite_url_and_nothing_else(sweeps_env: Any, tmp_path: Path) -> None:
+    """The nightly keeps its Optuna study in SQLite through ``searcher.storage`` (a URL, not a ``_target_``:
+    ``optuna.storages`` stays off the allowlist); anything else is refused before launch, naming the key."""
+    from sweeps.ops import prepare
+
+    spec = prepare.prepare(["+experiment=digits_optuna", f"++searcher.storage=sqlite:///{tmp_path}/study.db"])
+    assert spec.searcher["storage"].startswith("sqlite:///")
+    for bad in ("postgresql://db/x", "{_target_: optuna.storages.RDBStorage, url: 'sqlite:///x.db'}"):
+        with pytest.raises(BadInput, match=r"searcher.storage"):
+            prepare.prepare(["+experiment=digits_optuna", f"++searcher.storage={bad}"])
