@@ -6,6 +6,8 @@ name the same checkpoint for a trial.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from sweeps import uris
@@ -39,3 +41,14 @@ def config_digest(params: dict[str, Any]) -> str:
 
     key = {k: v for k, v in params.items() if k != "seed" and not str(k).startswith("_")}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def error_text(trial: Any) -> str:
+    """The trial's error file (Tune writes it before calling ``on_trial_error``), or a placeholder."""
+    try:
+        path = trial.error_file
+    except AssertionError:  # no Ray session
+        path = None
+    if path and os.path.isfile(path):
+        return Path(path).read_text(errors="replace")
+    return "unknown error"

@@ -65,3 +65,52 @@ def test_restored_tracker_reopens_runs_a_dead_driver_left_killed(tmp_path: Path)
     assert restored.runs["b_00000"] == run_id  # the same run, not a duplicate
     assert run.info.status == "RUNNING"
     assert run.data.tags[tracking.TAG_DRIVER] == tracking.driver_id()
+
+
+class _LostResponse:
+    """A client whose first ``create_run`` reaches the store and then loses its answer (a timed-out POST)."""
+
+    def __init__(self, real: object, duplicate: bool = False) -> None:
+        self.real, self.duplicate, self.calls = real, duplicate, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def create_run(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        run = self.real.create_run(*args, **kwargs)  # type: ignore[attr-defined]
+        if self.duplicate and self.calls == 1:  # MLflow's client retried the POST: the server holds two
+            return self.real.create_run(*args, **kwargs)  # type: ignore[attr-defined]
+        if self.calls == 1:
+            raise TimeoutError("read timed out")
+        return run
+
+
+def _trial_runs(uri: str, t: callback._Tracker, tid: str) -> list:
+    return mlflow_client(uri).search_runs([t.experiment_id], f"tags.`sweeps.trial_id` = '{tid}'")
+
+
+def test_a_create_run_whose_answer_was_lost_leaves_one_run_per_trial(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    t = _tracker(uri)
+    t._client = _LostResponse(t.client)
+    trial = SimpleNamespace(trial_id="d_00000", config={"lr": 0.01}, last_result={}, num_failures=0, path="")
+    t.on_trial_start(0, [trial], trial)  # create_run raised: the run exists, the tracker does not know it
+    trial.last_result = {"val/acc": 0.5, "epoch": 1, "training_iteration": 1}
+    t.on_trial_result(1, [trial], trial, dict(trial.last_result))  # adopts that run instead of a second one
+    t.on_trial_complete(2, [trial], trial)
+    t.close_open("KILLED")
+    (run,) = _trial_runs(uri, t, "d_00000")
+    assert run.info.status == "FINISHED" and run.data.metrics["val/acc"] == 0.5
+
+
+def test_a_retried_create_run_leaves_no_duplicate_running(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    t = _tracker(uri)
+    t._client = _LostResponse(t.client, duplicate=True)
+    trial = SimpleNamespace(trial_id="e_00000", config={"lr": 0.01}, last_result={}, num_failures=0, path="")
+    t.on_trial_start(0, [trial], trial)
+    t.on_trial_complete(1, [trial], trial)
+    t.close_open("KILLED")
+    runs = _trial_runs(uri, t, "e_00000")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]

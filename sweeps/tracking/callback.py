@@ -19,6 +19,7 @@ from typing import Any
 from sweeps import uris
 from sweeps.config import redaction
 from sweeps.lease import driver_id
+from sweeps.tracking import trialruns
 from sweeps.tracking.client import (
     MAX_METRICS,
     PARENT_TAG,
@@ -29,29 +30,16 @@ from sweeps.tracking.client import (
     TAG_KIND,
     TAG_SWEEP,
     TAG_TRIAL,
+    CallTimer,
     chunks,
     client,
     find_runs,
     log_params,
     set_tags,
 )
-from sweeps.trials import best_checkpoint, config_digest, trial_location
+from sweeps.trials import best_checkpoint, config_digest, error_text, trial_location
 
 log = logging.getLogger(__name__)
-
-
-class _Timer:
-    """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def __enter__(self) -> _Timer:
-        self._t = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds += time.perf_counter() - self._t
 
 
 def make_callback(**kwargs: Any) -> Any:
@@ -83,10 +71,11 @@ class _Tracker:
         self.log_checkpoints = log_checkpoints
         self.epochs = epochs
         self.confirm = confirm  # these trials re-run a configuration with a fresh seed (`sweeps confirm`)
-        self.timer = _Timer()
+        self.timer = CallTimer()
         self.drain_s = 120.0  # how long the end of the sweep waits for MLflow; short once a signal came
         self.runs: dict[str, str] = {}  # trial id -> run id
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
+        self.attempted: set[str] = set()  # trial ids whose create_run raised: the server may have made the run
         self.buffers: dict[str, list[Any]] = {}
         self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
         self.last_flush = 0.0
@@ -115,16 +104,42 @@ class _Tracker:
         with self.timer:
             self.runs.update(self._existing_runs())  # resume: reuse the same runs, never duplicate them
 
+    def _adopt(self, tid: str, take: bool = True) -> str | None:
+        """After a retried or failed ``create_run``: keep the trial's first run (``take``: as this driver's open
+        run), delete its empty copies."""
+        kept, deleted = trialruns.keep_one(self.client, self.experiment_id, self.parent_run_id, tid,
+                                           self.runs.get(tid))
+        self.opened.difference_update(deleted)
+        if kept is not None and take:
+            self.runs[tid] = kept
+            self.opened.add(kept)
+        return kept
+
+    def dedupe(self) -> None:
+        """The end of the sweep: no trial keeps a second run from a retried ``create_run``."""
+        for tid in sorted(self.attempted):
+            try:
+                self._adopt(tid, take=False)
+            except Exception as exc:
+                log.warning("MLflow: could not check trial %s for duplicate runs (%s)", tid, exc)
+
     def _run_for(self, trial: Any) -> str:
         tid = trial.trial_id
         if tid in self.runs:
             return self.runs[tid]
         with self.timer:
+            if tid in self.attempted and self._adopt(tid):
+                log_params(self.client, self.runs[tid], {**self.fixed_params, **{
+                    k: v for k, v in trial.config.items() if not str(k).startswith("_")}})
+                return self.runs[tid]
+            self.attempted.add(tid)  # until create_run returns
             tags = {PARENT_TAG: self.parent_run_id, TAG_SWEEP: self.sweep_id, TAG_TRIAL: tid, TAG_KIND: "trial",
                     TAG_DRIVER: driver_id(), TAG_DIGEST: config_digest(dict(trial.config))}
             if self.confirm:
                 tags[TAG_CONFIRM] = "true"
             run = self.client.create_run(self.experiment_id, run_name=str(trial), tags=tags)
+            if len(trialruns.trial_runs(self.client, self.experiment_id, self.parent_run_id, tid)) == 1:
+                self.attempted.discard(tid)  # the one run: nothing to clean up
             self.runs[tid] = run.info.run_id
             self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
             sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
@@ -238,7 +253,7 @@ class _Tracker:
                 "retries": str(trial.num_failures), "trial_dir": trial_location(trial) or ""}
         error = None
         if status == "FAILED":
-            error = redaction.scrub(_error_text(trial), self.secrets)
+            error = redaction.scrub(error_text(trial), self.secrets)
         best = best_checkpoint(trial)  # Tune's own ranking: the checkpoint promotion registers too
         if best is not None:
             tags["best_checkpoint"] = best[0]
@@ -291,6 +306,7 @@ class _Tracker:
         """End every run this tracker opened that is not final yet (Ctrl-C, crash), within ``drain_s``."""
         deadline = time.monotonic() + self.drain_s
         self.drain(timeout_s=self.drain_s)
+        self.dedupe()
         for run_id in sorted(self.opened):
             if time.monotonic() > deadline:
                 log.warning("MLflow: %d run(s) left open after %.0f s; `python -m sweeps sync` closes them",
@@ -301,14 +317,3 @@ class _Tracker:
                 self.opened.discard(run_id)
             except Exception as exc:
                 log.warning("MLflow: could not close run %s (%s)", run_id, exc)
-
-
-def _error_text(trial: Any) -> str:
-    """The trial's error file (Tune writes it before calling ``on_trial_error``), or a placeholder."""
-    try:
-        path = trial.error_file
-    except AssertionError:  # no Ray session
-        path = None
-    if path and os.path.isfile(path):
-        return Path(path).read_text(errors="replace")
-    return "unknown error"

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -225,3 +226,17 @@ def write_text_artifact(c: Any, run_id: str, name: str, text: str) -> None:
         path = os.path.join(d, name)
         Path(path).write_text(text)
         c.log_artifact(run_id, path)
+
+
+class CallTimer:
+    """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> CallTimer:
+        self._t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds += time.perf_counter() - self._t
