@@ -276,8 +276,9 @@ def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
     assert proc.returncode == 0, out[-6000:]
     assert re.search(r"sweep \S+: finished", out), out[-3000:]
     # what the job uploaded, as the head unpacked it: the code and configs, not .venv, .git or local state
-    (pkg,) = [p for p in glob.glob(str(c.head.temp_dir / "session_*" / "runtime_resources" / "working_dir_files"
-                                        / "*")) if os.path.isdir(p)]  # beside it: the package's .zip.lock
+    unpacked = [p for p in glob.glob(str(c.head.temp_dir / "session_*" / "runtime_resources" / "working_dir_files"
+                                         / "*" / "pyproject.toml"))]  # beside each: its .zip.lock
+    pkg = os.path.dirname(max(unpacked, key=os.path.getmtime))  # this job's (an earlier job's may be there)
     files = [Path(d, f) for d, _, fs in os.walk(pkg) for f in fs]
     names = {p.relative_to(pkg).parts[0] for p in files}
     assert {"sweeps", "trainables", "conf", "search_spaces"} <= names, names

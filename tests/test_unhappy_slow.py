@@ -121,7 +121,7 @@ def test_sigterm_stops_like_ctrl_c_live_sweeps_are_refused_and_extend_survives_a
     env = SweepsEnv(tmp_path)
     try:
         proc = env.popen("run", *TINY, *WIDE, "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
-                         "trainable.params.epochs=12", "checkpoint.num_to_keep=2")
+                         "trainable.params.epochs=24", "checkpoint.num_to_keep=2")  # long enough on a busy box
         wait_for(lambda: _reported(env, 2), 480, interval=0.2, what="two reported epochs")
         rec = _index(env)
         commands = (["sync", rec["sweep_id"]], ["resume", rec["sweep_id"]],
@@ -176,7 +176,7 @@ def _windows(rec: dict) -> list[tuple[float, float]]:
 def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=75",
+        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=150",
                        "sweep.max_concurrent_trials=1", "trainable.params.epochs=2", timeout=400)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "stopped by sweep.time_budget_s" in proc.stdout

@@ -39,7 +39,7 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
                 "notify.webhook_url=${oc.env:SWEEPS_TEST_HOOK}", "search_space.batch_size={dist: choice, values: [64]}",
                 "sweep.num_samples=1", check=True,
                 extra_env=hook)
-        proc = env.run("confirm", "latest", "--top-k", "2", "--seeds", "3", timeout=900)
+        proc = env.run("confirm", "latest", "--top-k", "2", "--seeds", "3", timeout=900, extra_env=hook)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rec = _index(env)
         assert len(rec["confirm_dirs"]) == 1 and len(rec["confirmed"]) == 2
