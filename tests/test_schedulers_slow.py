@@ -25,7 +25,7 @@ def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> No
     env = SweepsEnv(tmp_path)
     try:
         env.run("run", "+experiment=digits_pbt", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
-                "trainable.num_workers=2", "trainable.params.epochs=4", "scheduler.perturbation_interval=2",
+                "trainable.num_workers=1", "trainable.params.epochs=4", "scheduler.perturbation_interval=2",
                 "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}", "report.enabled=true",
                 check=True, timeout=900)
         rec = _index(env)
@@ -50,7 +50,7 @@ def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> No
         env.cleanup()
 
 
-@pytest.mark.parametrize("scheduler", ["hyperband", "median"])
+@pytest.mark.parametrize("scheduler", ["hyperband"])  # median stops trials through the same Tune path
 def test_other_schedulers_stop_bad_trials_early(scheduler: str, tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:

@@ -134,7 +134,7 @@ def test_sigterm_stops_like_ctrl_c_live_sweeps_are_refused_and_extend_survives_a
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         time.sleep(1.0)
-        os.kill(proc.pid, signal.SIGTERM)  # a second signal (an impatient supervisor) must not half-write anything
+        os.kill(proc.pid, signal.SIGINT)  # then Ctrl-C (an impatient user): must not half-write anything
         out, _ = proc.communicate(timeout=120)
         took = time.monotonic() - t0
         assert proc.returncode == 130, out[-3000:]
