@@ -19,7 +19,7 @@ def _rows(trial_dir: Path) -> list[dict]:
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 

@@ -28,7 +28,7 @@ DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 
@@ -38,7 +38,7 @@ def _rows(trial_dir: Path) -> list[dict]:
 
 
 def _reported(env: SweepsEnv) -> int:
-    found = list((env.home / "sweeps").glob("*.json"))
+    found = list((env.home / "sweeps").glob("[!.]*.json"))
     if not found:
         return 0
     dirs = json.loads(found[0].read_text())["experiment_dirs"]

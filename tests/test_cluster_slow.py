@@ -99,7 +99,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
 def record(env: SweepsEnv | Path) -> dict:
     """The (single) sweep index record under a SWEEPS_HOME; pathlib's glob also sees the store's temp files."""
     home = env.home if isinstance(env, SweepsEnv) else env
-    recs = sorted(p for p in (home / "sweeps").glob("*.json") if not p.name.startswith(".")) \
+    recs = sorted(p for p in (home / "sweeps").glob("[!.]*.json") if not p.name.startswith(".")) \
         if (home / "sweeps").is_dir() else []
     return json.loads(recs[0].read_text()) if recs else {}
 

@@ -25,7 +25,7 @@ def test_gpu_trial_trains_on_cuda(tmp_path: Path) -> None:
                 "trainable.use_gpu=true", f"trainable.num_workers={min(n, 2)}",
                 "trainable.resources_per_worker={CPU: 1, GPU: 1}", "trainable.params.epochs=3",
                 "report.enabled=false", check=True)
-        (rec_path,) = list((env.home / "sweeps").glob("*.json"))
+        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
         assert rec["status"] == "finished" and rec["best"]["value"] > 0.8
     finally:

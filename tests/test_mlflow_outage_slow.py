@@ -29,7 +29,7 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
                          "trainable.params.epochs=10", "report.enabled=false", f"tracking.uri={uri}")
 
         def reported() -> bool:
-            recs = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
+            recs = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
             if not recs:
                 return False
             exp = Path(json.loads(recs[0].read_text())["experiment_dirs"][0])
@@ -44,7 +44,7 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-4000:]
         assert "buffered for retry" in out, "the outage must overlap the sweep's logging (no buffering seen)"
-        (rec_path,) = list((env.home / "sweeps").glob("*.json"))
+        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
         c = mlflow_client(uri)
         children = c.search_runs([rec["mlflow_experiment_id"]],

@@ -66,7 +66,7 @@ def test_new_trainable_then_run_it_from_a_clean_clone(tmp_path: Path) -> None:
                               "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false", *FAST],
                              cwd=root, env=env.env, capture_output=True, text=True, timeout=600)
         assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-        (rec_path,) = list((env.home / "sweeps").glob("*.json"))
+        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
         assert rec["status"] == "finished" and rec["counts"]["completed"] == 2, rec["counts"]
     finally:

@@ -21,7 +21,7 @@ POINTS = [f"{{hidden_size: {h}, num_layers: 1, lr: 0.03, batch_size: 32, weight_
 def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=8", "trainable.params.epochs=3",
+        proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=6", "trainable.params.epochs=3",
                        "scheduler.grace_period=1",
                        "search_space.hidden_size={dist: choice, values: [4, 8, 16, 32, 64, 96]}",
                        "+search_space.num_layers={dist: choice, values: [1, 2]}",
@@ -31,7 +31,7 @@ def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
                        # first (NSGA-II's first generation is random): three small sizes (a front), one too big
                        f"sweep.points_to_evaluate=[{','.join(POINTS)}]", *FAST, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        (path,) = list((env.home / "sweeps").glob("*.json"))
+        (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(path.read_text())
         rows = list(csv.DictReader((env.root / "reports" / "digits_pareto" / rec["sweep_id"] / "trials.csv").open()))
         # the front, computed here from trials.csv alone: feasible points no other feasible point dominates

@@ -197,10 +197,10 @@ def _record(env: SweepsEnv, sweep_id: str) -> dict[str, Any]:
 
 def _run_sweep(env: SweepsEnv, overrides: list[str], exit_code: int = 0) -> dict[str, Any]:
     folder = env.home / "sweeps"
-    before = set(folder.glob("*.json")) if folder.is_dir() else set()
+    before = set(folder.glob("[!.]*.json")) if folder.is_dir() else set()
     proc = env.run("run", *overrides, timeout=900)
     assert proc.returncode == exit_code, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (new,) = set(folder.glob("*.json")) - before
+    (new,) = set(folder.glob("[!.]*.json")) - before
     rec = _record(env, new.stem)
     assert rec["status"] == "finished" and rec["best"], rec
     return {**rec, "_stdout": proc.stdout}

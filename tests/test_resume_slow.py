@@ -26,7 +26,7 @@ WIDE = ["search_space.hidden_size={dist: choice, values: [1024]}",
 
 
 def _index(env: SweepsEnv) -> dict | None:
-    paths = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
+    paths = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
     return json.loads(paths[0].read_text()) if len(paths) == 1 else None
 
 

@@ -452,7 +452,7 @@ def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user
 
 def sweep_records(home: Path) -> list[dict[str, Any]]:
     folder = home / "sweeps"
-    out = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    out = [json.loads(p.read_text()) for p in folder.glob("[!.]*.json")] if folder.is_dir() else []
     return sorted(out, key=lambda r: r["created"])
 
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 

@@ -16,7 +16,7 @@ FAST = ["cluster.worker_start_timeout_s=60", "report.enabled=true"]
 
 
 def _record(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 
@@ -116,7 +116,9 @@ def test_model_based_searchers_use_their_model_after_the_start_up_trials(searche
         random = [{k: r[k] for k in names} for r in _random_suggestions(searcher, overrides, 4)]
         seen = [{k: t.params[k] for k in names} for t in trials]
         assert seen[:2] == random[:2], "the two start-up trials are the seeded random ones"
-        assert seen[2] != random[2] and seen[3] != random[3], \
+        # TPE's first model-based draw can coincide with the random stream's next one (its candidates come from
+        # the same seeded generator): the two model-based trials together must not be the random sequence
+        assert seen[2:] != random[2:], \
             f"{searcher} suggested the random start-up sequence after its start-up trials: no model used"
     finally:
         env.cleanup()

@@ -208,7 +208,7 @@ FAST = ["cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=1
 
 
 def _record(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 

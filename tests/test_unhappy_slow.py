@@ -24,7 +24,7 @@ TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", "
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 
@@ -98,7 +98,7 @@ WIDE = ["search_space.hidden_size={dist: choice, values: [1024]}",
 
 
 def _reported(env: SweepsEnv, n: int) -> bool:
-    paths = list((env.home / "sweeps").glob("*.json")) if (env.home / "sweeps").is_dir() else []
+    paths = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
     if not paths:
         return False
     rec = json.loads(paths[0].read_text())

@@ -17,7 +17,7 @@ TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", *
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("*.json"))
+    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
     return json.loads(path.read_text())
 
 
