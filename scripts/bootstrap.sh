@@ -31,7 +31,7 @@ step "importing the installed packages" python -c "
 import importlib, sys
 mods = ['sweeps', 'trainables', 'ray', 'ray.tune', 'ray.train.torch', 'ray.dashboard', 'torch', 'mlflow', 'optuna',
         'hyperopt', 'hydra', 'omegaconf', 'pandas', 'matplotlib', 'sklearn', 'croniter', 'filelock', 'pyarrow',
-        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'selenium', 'psutil']
+        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil']
 bad = []
 for m in mods:
     try:
