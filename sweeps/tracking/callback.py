@@ -104,24 +104,25 @@ class _Tracker:
         with self.timer:
             self.runs.update(self._existing_runs())  # resume: reuse the same runs, never duplicate them
 
-    def _adopt(self, tid: str, take: bool = True) -> str | None:
-        """After a retried or failed ``create_run``: keep the trial's first run (``take``: as this driver's open
-        run), delete its empty copies."""
+    def _adopt(self, tid: str) -> str | None:
+        """After a ``create_run`` that raised: take the trial's first run as this driver's, delete its copies."""
         kept, deleted = trialruns.keep_one(self.client, self.experiment_id, self.parent_run_id, tid,
                                            self.runs.get(tid))
         self.opened.difference_update(deleted)
-        if kept is not None and take:
+        if kept is not None:
             self.runs[tid] = kept
             self.opened.add(kept)
         return kept
 
     def dedupe(self) -> None:
-        """The end of the sweep: no trial keeps a second run from a retried ``create_run``."""
-        for tid in sorted(self.attempted):
-            try:
-                self._adopt(tid, take=False)
-            except Exception as exc:
-                log.warning("MLflow: could not check trial %s for duplicate runs (%s)", tid, exc)
+        """The end of the sweep: no trial keeps a second run from a retried ``create_run`` (one query)."""
+        try:
+            runs = find_runs(self.client, [self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
+            for run_id in trialruns.copies(runs, self.runs):
+                self.client.delete_run(run_id)  # an empty duplicate: never left RUNNING
+                self.opened.discard(run_id)
+        except Exception as exc:
+            log.warning("MLflow: could not check the sweep's runs for duplicates (%s)", exc)
 
     def _run_for(self, trial: Any) -> str:
         tid = trial.trial_id
@@ -138,8 +139,7 @@ class _Tracker:
             if self.confirm:
                 tags[TAG_CONFIRM] = "true"
             run = self.client.create_run(self.experiment_id, run_name=str(trial), tags=tags)
-            if len(trialruns.trial_runs(self.client, self.experiment_id, self.parent_run_id, tid)) == 1:
-                self.attempted.discard(tid)  # the one run: nothing to clean up
+            self.attempted.discard(tid)  # it answered; copies from the client's own retries go in dedupe()
             self.runs[tid] = run.info.run_id
             self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
             sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}

@@ -30,3 +30,17 @@ def keep_one(c: Any, experiment_id: str, parent_run_id: str, trial_id: str,
     for run_id in deleted:
         c.delete_run(run_id)
     return kept, deleted
+
+
+def copies(runs: list[Any], keep: dict[str, str]) -> list[str]:
+    """Run ids to delete: for each trial with several runs, all but ``keep[trial]`` (else its oldest)."""
+    by_trial: dict[str, list[Any]] = {}
+    for r in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)):
+        if TAG_TRIAL in r.data.tags:
+            by_trial.setdefault(r.data.tags[TAG_TRIAL], []).append(r)
+    out: list[str] = []
+    for tid, group in by_trial.items():
+        ids = [r.info.run_id for r in group]
+        kept = keep.get(tid) if keep.get(tid) in ids else ids[0]
+        out += [i for i in ids if i != kept]
+    return out
