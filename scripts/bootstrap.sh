@@ -38,6 +38,9 @@ for m in mods:
         importlib.import_module(m)
     except Exception as exc:
         bad.append(f'{m}: {exc}')
+import os
+if not os.access(os.path.join(os.path.dirname(sys.executable), 'uv'), os.X_OK):
+    bad.append('uv: no uv executable next to the venv python (the fresh-virtualenv tests need it)')
 if bad:
     sys.exit('cannot import: ' + '; '.join(bad))
 "
