@@ -224,3 +224,36 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     callback.on_step_begin(0, [Paused()])
     assert census.paused == {"t1"}
     assert restored_callbacks(prepare(["+experiment=quickstart"])) == []
+
+
+def test_a_paused_trial_is_resumed_only_while_the_cluster_has_room_for_it() -> None:
+    """Synchronous PBT resumes its whole population at once: on a remote cluster the trials' drivers alone then
+    fill the nodes and every Train worker group times out (seen on CI). Tune resumes a paused trial only through
+    the scheduler's choose_trial_to_run, so the gated scheduler says "none" while the running and pending trials
+    fill the capacity, and the scheduler's own choice otherwise; a restored sweep (tuner.pkl) keeps the gate."""
+    import pickle
+    from types import SimpleNamespace
+
+    import ray.cloudpickle
+    from ray.tune.schedulers import FIFOScheduler
+
+    from sweeps.execution.concurrency import Capacity, gate_resumes
+
+    class Fixed(Capacity):
+        def _compute(self) -> int:
+            return 2
+
+    scheduler = gate_resumes(FIFOScheduler(), Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 0))
+    assert isinstance(scheduler, FIFOScheduler) and type(scheduler).__name__ == "FIFOScheduler"
+
+    def controller(*statuses: str) -> SimpleNamespace:
+        trials = [SimpleNamespace(status=s, trial_id=f"t{i}") for i, s in enumerate(statuses)]
+        return SimpleNamespace(get_trials=lambda: trials)
+
+    one_running = controller("RUNNING", "PAUSED", "PAUSED")
+    assert scheduler.choose_trial_to_run(one_running) is one_running.get_trials()[1]
+    assert scheduler.choose_trial_to_run(controller("RUNNING", "PENDING", "PAUSED")) is None
+    assert scheduler.choose_trial_to_run(controller("RUNNING", "RUNNING", "PAUSED")) is None
+    restored = pickle.loads(ray.cloudpickle.dumps(scheduler))
+    assert restored.choose_trial_to_run(controller("RUNNING", "RUNNING", "PAUSED")) is None
+    assert restored.choose_trial_to_run(one_running) is one_running.get_trials()[1]

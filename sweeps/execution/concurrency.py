@@ -5,7 +5,8 @@ cannot see them (docs/ray.md), so concurrency has to be limited by count. On the
 trial-slot resource does that (a paused trial gives its slot back). On a remote cluster nodes come and go
 (an autoscaler adds them on demand), so the limit is recomputed from the live cluster each time Tune asks for
 a new trial, and trials that a scheduler paused (PBT, HyperBand, median) do not count: their resources are
-free, and counting them deadlocks a population larger than the cluster.
+free, and counting them deadlocks a population larger than the cluster. The other half: a paused trial is
+resumed only while the cluster has room for it (:func:`gate_resumes`).
 """
 
 from __future__ import annotations
@@ -141,3 +142,28 @@ def make_elastic(search_alg: Any, capacity: Capacity, census: Census) -> Any:
     search_alg.__class__ = ElasticVariants  # same state, one method more
     search_alg.max_concurrent = capacity()
     return search_alg
+
+
+def gate_resumes(scheduler: Any, capacity: Capacity) -> Any:
+    """The scheduler, resuming a paused trial only while fewer than ``capacity()`` trials run or wait to start.
+
+    Tune resumes a PAUSED trial as soon as the trial's own placement group (its driver) fits; the driver then
+    waits for its Train workers' placement group, which Tune cannot see. When a pausing scheduler resumes a
+    whole population at once (synchronous PBT after a perturbation), the drivers alone fill the cluster and
+    every worker group times out: three drivers and one worker slot on a 4-CPU node, trials failing and
+    retrying for as long as the sweep lasts. Tune resumes paused trials only through the scheduler's
+    ``choose_trial_to_run``; this gate answers "none now" while the cluster is full, and the scheduler's own
+    choice otherwise.
+    """
+    base = type(scheduler)
+
+    class CapacityGated(base):  # type: ignore[misc, valid-type]
+        def choose_trial_to_run(self, tune_controller: Any) -> Any:
+            busy = sum(1 for t in tune_controller.get_trials() if t.status in ("RUNNING", "PENDING"))
+            if busy >= capacity():
+                return None
+            return super().choose_trial_to_run(tune_controller)
+
+    CapacityGated.__name__ = CapacityGated.__qualname__ = base.__name__  # Tune prints the scheduler's name
+    scheduler.__class__ = CapacityGated  # same state, one method more
+    return scheduler

@@ -8,7 +8,7 @@ from typing import Any
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.budget import Budget
-from sweeps.execution.concurrency import Capacity, census_callback, make_elastic, process_census
+from sweeps.execution.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
 from sweeps.execution.hours import Ledger, gated, ledger_callback
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.progress import Progress, progress_callback
@@ -105,6 +105,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
         search_alg = make_elastic(search_alg, capacity, census)
+        scheduler = gate_resumes(scheduler, capacity)
         extra.append(census_callback(census))
     if ledger is not None:
         search_alg = gated(search_alg, ledger)
