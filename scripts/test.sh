@@ -6,12 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pytest -m "not slow" "$@"
-# The slow tier in two processes, one test file each at a time (a file's module fixtures stay in one process):
-# real sweeps spend much of their time waiting on process start-up, so two overlap well on 2 cores.
+# The slow tier in two processes, one test file each at a time (a file's module fixtures stay in one process),
+# the longest files first (tests/conftest.py, LONGEST_FIRST): real sweeps spend much of their time waiting on
+# process start-up, so two overlap well on 2 cores.
 # SWEEPS_TEST_WORKERS=0 runs it in this process instead.
 workers=${SWEEPS_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
   .venv/bin/python -m pytest -m "slow" --durations=40 "$@"
 else
-  .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --durations=40 "$@"
+  .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=40 "$@"
 fi

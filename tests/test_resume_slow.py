@@ -19,10 +19,9 @@ BASE = ["+experiment=quickstart", "scheduler=fifo", "sweep.max_concurrent_trials
         "report.enabled=false", "checkpoint.num_to_keep=2"]
 
 
-# A wider net: about 1 s an epoch on 2 busy cores (mostly the 2-worker allreduce and the per-epoch checkpoint), so
-# a test that must act mid-trial has seconds to do it; the quickstart's 64-unit net runs 10 epochs between two polls.
-WIDE = ["search_space.hidden_size={dist: choice, values: [1024]}",
-        "search_space.batch_size={dist: choice, values: [32]}", "trainable.params.num_layers=3"]
+# Epochs of a second each that leave the CPUs free (the loop's test knob): a test that must act mid-trial has
+# seconds to do it; the quickstart's net runs 10 epochs between two polls.
+SLOW_EPOCHS = ["+trainable.params.epoch_sleep_s=1.0"]
 
 
 def _index(env: SweepsEnv) -> dict | None:
@@ -173,13 +172,13 @@ def _last_epoch(env: SweepsEnv) -> int:
 
 
 def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
-    # WIDE leaves seconds to find and kill a worker mid-trial; with the quickstart's net the 10 epochs once ended
-    # between two polls and there was nothing left to kill (CI, stop 14).
+    # SLOW_EPOCHS leaves seconds to find and kill a worker mid-trial; with the quickstart's net the 10 epochs once
+    # ended between two polls and there was nothing left to kill (CI, stop 14).
     epochs = 14
     env = SweepsEnv(tmp_path)
     try:
         proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
-                         "search_space.lr={dist: choice, values: [0.01]}", *WIDE,
+                         "search_space.lr={dist: choice, values: [0.01]}", *SLOW_EPOCHS,
                          f"trainable.params.epochs={epochs}", "failure.worker_max_failures=2")
         wait_for(lambda: _last_epoch(env) >= 1 or proc.poll() is not None, 480, what="a first reported epoch")
 

@@ -31,8 +31,8 @@ from sweeps.errors import BadInput, Regressed
 from sweeps.ops import cron, nightly, schedule, units, warmstart
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
-        "scheduler.grace_period=1", "cluster.health_check_interval_s=0.1",
+TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.num_workers=1", "trainable.params.epochs=2",
+        "scheduler.max_t=2", "scheduler.grace_period=1", "cluster.health_check_interval_s=0.1",
         "cluster.worker_start_timeout_s=60"]
 
 

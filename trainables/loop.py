@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +52,11 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     """Train ``build_model(config)`` on ``load_data()`` with Ray Train; report each epoch.
 
     Honors the shared knobs: ``batch_size``, ``lr`` (+ ``scale_lr``), ``weight_decay``, ``epochs``,
-    ``grad_accum_steps``, ``checkpoint_every``, ``torch_threads``, and fault injection (``fault``,
-    ``fault_epoch``) used by the fault-tolerance tests. ``preprocessing()`` (JSON: e.g. the scaler statistics
-    ``load_data`` applied) is saved in every checkpoint, so a promoted model can take raw inputs.
+    ``grad_accum_steps``, ``checkpoint_every``, ``torch_threads``, and, for the fault-tolerance tests, fault
+    injection (``fault``, ``fault_epoch``) and ``epoch_sleep_s`` (each epoch that much longer without using a
+    CPU: a test that acts mid-trial gets its window without a bigger model). ``preprocessing()`` (JSON: e.g.
+    the scaler statistics ``load_data`` applied) is saved in every checkpoint, so a promoted model can take raw
+    inputs.
     """
     import ray
     import ray.train
@@ -101,6 +104,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     epochs = int(config.get("epochs", 10))
     every = int(config.get("checkpoint_every", 1))
     fault, fault_epoch = str(config.get("fault", "none")), int(config.get("fault_epoch", 2))
+    sleep_s = float(config.get("epoch_sleep_s", 0.0))
     for epoch in range(start_epoch, epochs + 1):
         sampler: Any = getattr(train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
@@ -118,6 +122,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             total += float(loss.detach()) * accum * len(yb)
             count += len(yb)
             watch.compute_done()
+        if sleep_s > 0:
+            time.sleep(sleep_s)
         optimizer.step()  # flush a partial accumulation window
         optimizer.zero_grad()
 
