@@ -31,9 +31,10 @@ from sweeps.errors import BadInput, Regressed
 from sweeps.ops import cron, nightly, schedule, units, warmstart
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.num_workers=1", "trainable.params.epochs=2",
-        "scheduler.max_t=2", "scheduler.grace_period=1", "cluster.health_check_interval_s=0.1",
+TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
+        "scheduler.grace_period=1", "cluster.health_check_interval_s=0.1",
         "cluster.worker_start_timeout_s=60"]
+NIGHT = [*TINY, "trainable.num_workers=1"]  # the real nights: 1 Train worker (a crontab line must stay < 990 chars)
 
 
 def utc(*args: int) -> datetime:
@@ -466,7 +467,7 @@ def trials_in_order(rec: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env: Any) -> None:
     # --systemd writes the unit files under the test's HOME: no crontab involved.
-    sweeps_env.run("schedule", "add", "nightly", *TINY, "--cron", "0 2 * * *", "--systemd", check=True,
+    sweeps_env.run("schedule", "add", "nightly", *NIGHT, "--cron", "0 2 * * *", "--systemd", check=True,
                    timeout=120)
     assert (sweeps_env.user_home / ".config/systemd/user/sweeps-nightly.timer").is_file()
 
@@ -523,7 +524,7 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
 
     # Night 3 regresses (a learning rate that cannot learn in 2 epochs; the good warm-start points fall outside
     # the new space): `schedule run` exits 4 through the CLI and says by how much.
-    sweeps_env.run("schedule", "add", "nightly", *TINY, "search_space.lr={dist: choice, values: [0.000001]}",
+    sweeps_env.run("schedule", "add", "nightly", *NIGHT, "search_space.lr={dist: choice, values: [0.000001]}",
                    "schedule.regression_tolerance=0.01", "--cron", "0 2 * * *", "--systemd", "--replace",
                    check=True, timeout=120)
     proc = sweeps_env.run("schedule", "run", "nightly", timeout=600)
