@@ -28,7 +28,7 @@ step "installing torch==2.13.0" python -m pip install -q torch==2.13.0
 step "installing the project with its test extras" python -m pip install -q -e ".[test]"
 # Every runtime dependency (and the test tools) must import, or the first sweep would fail late.
 step "importing the installed packages" python -c "
-import importlib, sys
+import importlib, os, sys
 mods = ['sweeps', 'trainables', 'ray', 'ray.tune', 'ray.train.torch', 'ray.dashboard', 'torch', 'mlflow', 'optuna',
         'hyperopt', 'hydra', 'omegaconf', 'pandas', 'matplotlib', 'sklearn', 'croniter', 'filelock', 'pyarrow',
         'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil']
@@ -38,7 +38,6 @@ for m in mods:
         importlib.import_module(m)
     except Exception as exc:
         bad.append(f'{m}: {exc}')
-import os
 if not os.access(os.path.join(os.path.dirname(sys.executable), 'uv'), os.X_OK):
     bad.append('uv: no uv executable next to the venv python (the fresh-virtualenv tests need it)')
 if bad:

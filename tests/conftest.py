@@ -28,6 +28,11 @@ FAST = [
 ]
 
 
+# Epochs of a second each that leave the CPUs free (the bundled loop's test knob): a test that must act mid-trial
+# (a signal, a killed worker) has seconds to do it; the quickstart's net runs 10 epochs between two polls.
+SLOW_EPOCHS = ["+trainable.params.epoch_sleep_s=1.0"]
+
+
 FAST_TIMEOUT_S = 120  # a hang in the fast tier fails that test within two minutes
 
 

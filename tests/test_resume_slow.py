@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client, wait_for
+from conftest import SLOW_EPOCHS, SweepsEnv, mlflow_client, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +19,6 @@ BASE = ["+experiment=quickstart", "scheduler=fifo", "sweep.max_concurrent_trials
         "report.enabled=false", "checkpoint.num_to_keep=2"]
 
 
-# Epochs of a second each that leave the CPUs free (the loop's test knob): a test that must act mid-trial has
-# seconds to do it; the quickstart's net runs 10 epochs between two polls.
-SLOW_EPOCHS = ["+trainable.params.epoch_sleep_s=1.0"]
 
 
 def _index(env: SweepsEnv) -> dict | None:

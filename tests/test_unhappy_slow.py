@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, SweepsEnv, mlflow_client, wait_for
+from conftest import FAST, SLOW_EPOCHS, SweepsEnv, mlflow_client, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,6 @@ def test_a_searcher_that_cannot_be_built_leaves_no_run_running(tmp_path: Path) -
         env.cleanup()
 
 
-SLOW_EPOCHS = ["+trainable.params.epoch_sleep_s=1.0"]  # a second an epoch, CPUs left free (the loop's test knob)
 
 
 def _reported(env: SweepsEnv, n: int) -> bool:
