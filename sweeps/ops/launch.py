@@ -12,6 +12,7 @@ from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution import plan, raystart, remote, storage
+from sweeps.ops.signals import shielded
 from sweeps.tracking import client as mc
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -55,6 +56,15 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
             storage.check_shared_storage(spec.storage_path)
         yield the_plan, c
     finally:
+        stop_ray()
+
+
+def stop_ray() -> None:
+    """Stop Ray, or wait for the shutdown the run pipeline began; a signal meanwhile is noted, not raised.
+
+    A second Ctrl-C during that wait would otherwise leave Ray's shutdown thread racing the interpreter's exit:
+    Ray's core worker then ends the process with status 1 instead of the 130 of an interrupted sweep."""
+    with shielded("stopping Ray"):
         raystart.stop()
 
 

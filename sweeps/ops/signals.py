@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -52,7 +53,13 @@ class Signals(logging.Handler):
 
 @contextmanager
 def shielded(what: str) -> Iterator[None]:
-    """While the body runs, SIGINT and SIGTERM are logged and ignored (the body is short and bounded)."""
+    """While the body runs, SIGINT and SIGTERM are logged and ignored (the body is short and bounded).
+
+    Only the main thread can set signal handlers; elsewhere (a driver embedded in a thread) the body just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def note(signum: int, _frame: object) -> None:
         log.warning("%s received while %s; finishing that first (a few seconds)", signal.Signals(signum).name, what)
 
