@@ -586,3 +586,15 @@ def test_the_champions_params_join_the_warm_start(sweeps_env: Any) -> None:
     champion = {"lr": 0.02, "hidden_size": 128, "batch_size": 64}
     assert warmstart.champion_params(spec) == champion
     assert nightly.warm_points(None, spec) == [champion]
+
+
+def test_a_crontab_line_cron_would_cut_is_refused_before_the_crontab_is_touched(tmp_path: Path) -> None:
+    """Vixie cron truncates a command past ~1,000 characters: `schedule add` refuses such a line before it
+    reads the crontab, naming the line's length, the limit and the way out (--systemd)."""
+    from sweeps.ops import install
+
+    entry = schedule.Entry(name="nightly", overrides=[], cron="0 3 * * *", tz=None, kind="cron",
+                           project=str(tmp_path), home=str(tmp_path / "home"),
+                           env={"PATH": ":".join(f"/opt/tool{i}/bin" for i in range(80))})
+    with pytest.raises(BadInput, match=r"crontab line would be \d{4} characters \(cron cuts at 990\).*--systemd"):
+        install.install_cron(entry, "0 3 * * *")
