@@ -19,8 +19,6 @@ BASE = ["+experiment=quickstart", "scheduler=fifo", "sweep.max_concurrent_trials
         "report.enabled=false", "checkpoint.num_to_keep=2"]
 
 
-
-
 def _index(env: SweepsEnv) -> dict | None:
     paths = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
     return json.loads(paths[0].read_text()) if len(paths) == 1 else None

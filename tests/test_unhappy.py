@@ -166,7 +166,7 @@ print("ray stopped:", not ray.is_initialized())
 def test_a_second_ctrl_c_while_ray_stops_lets_the_shutdown_finish(sweeps_env: Any) -> None:
     """Real Ray: the wait for Ray's shutdown thread is not cut by a signal (cut, the interpreter's exit raced
     that thread and Ray's core worker ended an interrupted sweep with status 1, not 130)."""
-    proc = subprocess.run([sys.executable, "-c", STOP_PROBE], env={**sweeps_env.env, "PYTHONPATH": str(REPO)},
+    proc = subprocess.run([sys.executable, "-c", STOP_PROBE], env=sweeps_env.env,
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0 and "ray stopped: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "SIGINT received while stopping Ray" in proc.stderr

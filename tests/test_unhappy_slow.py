@@ -93,8 +93,6 @@ def test_a_searcher_that_cannot_be_built_leaves_no_run_running(tmp_path: Path) -
         env.cleanup()
 
 
-
-
 def _reported(env: SweepsEnv, n: int) -> bool:
     paths = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
     if not paths:
