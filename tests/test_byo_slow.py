@@ -2,7 +2,8 @@
 ``state.pt``, no timing metrics) under ASHA, with the driver SIGKILLed mid-sweep and the sweep resumed.
 
 What must hold: completion and early stopping are counted from what Tune observed (not from the loop's 0-based
-``epoch``), the training time behind the efficiency figure is within 20% of the loop's own epoch timestamps,
+``epoch``), the training time behind the efficiency figure (Tune's time between reports, for a loop without
+timing metrics) is within 20% of the loop's own timestamps (each epoch's start to its report's return),
 and every trial continued after the resume from its checkpoint (its epochs never restart from 0). PBT weight
 transfer with the same loop is in tests/test_bridge_slow.py. Slow tier.
 """
@@ -46,7 +47,8 @@ def _reported(env: SweepsEnv) -> int:
 
 
 def _logged_train_s(folder: Path) -> float:
-    """The loop's own measure: each (trial, epoch)'s last run, end - start (a re-run epoch counts once)."""
+    """The loop's own measure: each (trial, epoch)'s last run, from its start to the return of its report (which
+    saved the checkpoint); a re-run epoch counts once."""
     spans: dict[tuple[float, int], float] = {}
     for f in folder.glob("epochs-*.jsonl"):
         for line in f.read_text().splitlines():

@@ -197,6 +197,11 @@ def test_markdown_leaderboard_failed_and_nan_sections() -> None:
     assert status["failed"] == "1" and status["early-stopped"] == "1" and status["total"] == "5"
     assert "compute saved by early stopping: 10% of the budget (2 epochs" in text
     assert "efficiency = T_ideal / T_observed" in text
+    assert "training time over all trials: " in text and "(the trainable's own time/compute_s + time/data_s)" in text
+    tune_clock = [TrialRecord("t", "TERMINATED", {"lr": 0.1}, [{M: 0.5, "training_iteration": 1.0,
+                                                                "time_this_iter_s": 3.0}])]
+    assert "(Tune's time between reports: checkpoint saves included" in formats.markdown(
+        sweep_record(), collected(tune_clock))
 
 
 def test_markdown_without_any_finite_value_has_no_best() -> None:

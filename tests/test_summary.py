@@ -150,6 +150,7 @@ def test_efficiency_is_ideal_over_observed() -> None:
     assert s.train_s_total == pytest.approx(32.0)
     assert s.t_ideal_s == pytest.approx(16.0)
     assert s.efficiency == pytest.approx(16.0 / 40.0)
+    assert s.train_s_from == (summary.TRAINABLE_CLOCK,)
     assert summary.collect(recs, M, "max", wall_s=40.0).efficiency is None
 
 
@@ -158,6 +159,9 @@ def test_training_time_falls_back_to_tune_iteration_time() -> None:
     s = summary.collect([rec], M, "max", wall_s=12.0, slots=1)
     assert s.train_s_total == pytest.approx(6.0)
     assert s.efficiency == pytest.approx(0.5)
+    assert s.train_s_from == (summary.TUNE_CLOCK,), "the report must say the figure is Tune's clock"
+    both = summary.collect([rec, trial("b", [0.1])], M, "max")
+    assert both.train_s_from == (summary.TRAINABLE_CLOCK, summary.TUNE_CLOCK)
 
 
 def test_cpu_and_gpu_seconds_from_the_trial_resources() -> None:

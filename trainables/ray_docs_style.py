@@ -9,7 +9,8 @@ guide, the trial's own ``lr`` is applied after a restore (the optimizer state ca
 
 Tests only: ``fail_once_at_epoch`` raises at that epoch in a run that did not resume from a checkpoint;
 ``epoch_sleep_s`` makes each epoch that much longer (a bigger model, in wall time); ``epoch_log`` names a
-folder where rank 0 appends each epoch's own start and end (an outside measure of the pure training time).
+folder where rank 0 appends each epoch's start and the moment its report (checkpoint included) returned: an
+outside measure of the training time Tune's clock sees.
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ def train_func(config: dict[str, Any]) -> None:
             val_loss = float(loss_fn(out, y_va))
             val_acc = float((out.argmax(1) == y_va).float().mean())
         time.sleep(float(config.get("epoch_sleep_s", 0.0)))
-        _log_epoch(config, epoch, began)
         if config.get("fail_once_at_epoch") == epoch and start_epoch == 0:
             raise RuntimeError(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
         metrics = {"train_loss": total / max(count, 1), "val_loss": val_loss, "val_acc": val_acc, "epoch": epoch}
@@ -98,6 +98,7 @@ def train_func(config: dict[str, Any]) -> None:
                            os.path.join(tmp, "state.pt"))
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=ckpt)
+        _log_epoch(config, epoch, began)
 
 
 def _log_epoch(config: dict[str, Any], epoch: int, began: float) -> None:

@@ -22,6 +22,11 @@ DATA_BOUND_FRAC = 0.5  # a trial whose loop waits on data more than half the tim
 CONFIG_PREFIX = "config/"  # history keys that carry a trial's (possibly mutated) hyperparameters
 
 
+# Where a row's train_s came from: the loop's own timing metrics, or Tune's time between reports (a loop
+# without them): the latter holds each report's checkpoint save and hand-over, and no start-up.
+TRAINABLE_CLOCK = "trainable"
+TUNE_CLOCK = "tune"
+
 # {param: ((iteration, value), ...)}: only the parameters whose value changed during the trial (PBT).
 Schedule = dict[str, tuple[tuple[int, Any], ...]]
 
@@ -37,7 +42,7 @@ class Row:
     epochs: int  # the last epoch reached
     early_stopped: bool
     wall_s: float
-    train_s: float  # pure training time: the loop's data + compute seconds, as reported by the trainable
+    train_s: float  # training time: the loop's own data + compute seconds, else Tune's clock (see train_s_from)
     nonfinite: bool
     error: str | None
     epochs_run: int = 0  # reports received: the epochs of work actually done (PBT jumps count once)
@@ -50,6 +55,7 @@ class Row:
     error_file: str | None = None  # where the failed trial's traceback is
     steady_s: float | None = None  # Tune clock: the median time between consecutive reports (no start-up)
     unsteady_starts: int = 0  # Tune clock, no steady report: starts whose time is start-up + one epoch
+    train_s_from: str = TRAINABLE_CLOCK  # TRAINABLE_CLOCK (time/compute_s + time/data_s) or TUNE_CLOCK
 
     @property
     def failed(self) -> bool:
@@ -204,6 +210,7 @@ def to_row(
         schedule=schedule if schedule is not None else _schedule_from_history(rec.history),
         steady_s=statistics.median(s.steady) if s.steady and not own else None,
         unsteady_starts=s.starts if not s.steady and not own else 0,
+        train_s_from=TRAINABLE_CLOCK if own else TUNE_CLOCK,
     )
 
 

@@ -9,9 +9,10 @@ Rules:
   earlier in the list; the other tied trials are named in ``Summary.ties``.
 - ``compute_saved``: the share of the full budget (``max_epochs`` per trial) that early stopping did not
   spend: ``sum(max_epochs - epochs reached)`` over early-stopped trials, over ``max_epochs * trials``.
-- ``efficiency = T_ideal / T_observed``, ``T_ideal`` = the trials' pure training time (the trainable's
-  ``time/compute_s + time/data_s``, else Tune's ``time_this_iter_s``) spread over the ``slots`` that could
-  run at once; ``T_observed`` = the sweep's wall time.
+- ``efficiency = T_ideal / T_observed``, ``T_ideal`` = the trials' training time (the trainable's
+  ``time/compute_s + time/data_s``, else Tune's time between reports, which holds each report's checkpoint
+  save and no start-up) spread over the ``slots`` that could run at once; ``T_observed`` = the sweep's wall
+  time. ``Summary.train_s_from`` says which of the two clocks the figure rests on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from sweeps.reports.rows import (  # noqa: F401 - re-exported: the summary's voc
     CONFIG_PREFIX,
     DATA_FRAC,
     NONFINITE_FLAG,
+    TRAINABLE_CLOCK,
+    TUNE_CLOCK,
     Row,
     Schedule,
     _finite,
@@ -66,6 +69,7 @@ class Summary:
     curves: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # leaderboard trials
     schedules: dict[str, Schedule] = field(default_factory=dict)  # trials whose hyperparameters changed
     data_bound: tuple[str, ...] = ()
+    train_s_from: tuple[str, ...] = ()  # the clocks behind train_s_total: TRAINABLE_CLOCK and/or TUNE_CLOCK
 
     def rank_of(self, trial_id: str) -> int | None:
         """1-based rank, or None for a trial that is not ranked (failed, or no finite value)."""
@@ -184,6 +188,7 @@ def collect(
         curves={r.trial_id: _curve(by_id[r.trial_id], metric) for r in leaders if r.trial_id in by_id},
         schedules={r.trial_id: r.schedule for r in rows if r.schedule},
         data_bound=tuple(r.trial_id for r in rows if r.data_bound),
+        train_s_from=tuple(c for c in (TRAINABLE_CLOCK, TUNE_CLOCK) if any(r.train_s_from == c for r in rows)),
     )
 
 
