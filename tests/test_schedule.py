@@ -9,6 +9,7 @@ warm-starts from the first, and the Optuna study kept in SQLite across nights.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epochs=2", "scheduler.max_t=2",
         "scheduler.grace_period=1", "cluster.health_check_interval_s=0.1",
         "cluster.worker_start_timeout_s=60"]
-NIGHT = [*TINY, "trainable.num_workers=1"]  # the real nights: 1 Train worker (a crontab line must stay < 990 chars)
+NIGHT = [*TINY, "trainable.num_workers=1"]  # the real nights: 1 Train worker
 
 
 def utc(*args: int) -> datetime:
@@ -401,9 +402,8 @@ def crontab_text() -> str:
 def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user_crontab: str) -> None:
     foreign = "# foreign line kept by sweeps tests\n17 5 * * * /bin/true\n"
     subprocess.run(["crontab", "-"], input=user_crontab + foreign, text=True, check=True)
-    # The line carries PATH, and pytest's temp paths are long: a CI runner's PATH took the line past cron's 990
-    # characters (`schedule add` then refuses, rightly); this test is about the crontab, so it gets a plain PATH.
-    sweeps_env.env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    # A long PATH (a CI runner's, 80 folders here) stays off the line: `schedule run` applies the stored one.
+    sweeps_env.env["PATH"] = ":".join([*(f"/opt/tool{i}/bin" for i in range(80)), sweeps_env.env["PATH"]])
     home = str(sweeps_env.home)
     t = units.tag("nightly", home)
     expr = "0 3 1 1 *"  # 03:00 on New Year's Day in Berlin: never due while the test runs
@@ -416,7 +416,7 @@ def test_schedule_add_list_remove_against_the_real_crontab(sweeps_env: Any, user
     assert len(ours) == 2 and ours[0].startswith("# sweeps schedule nightly")
     fields, guarded = cron.cron_fields(expr, "Europe/Berlin", datetime.now(UTC))
     assert ours[1].startswith(f"{fields} cd {sweeps_env.root} && ")
-    assert f"{sys.executable} -m sweeps schedule run nightly" in ours[1]
+    assert f"{sys.executable} -m sweeps schedule run nightly" in ours[1] and "PATH=" not in ours[1]
     assert f">> {sweeps_env.root}/logs/schedules/nightly.log 2>&1" in ours[1]
     stored = json.loads(schedule.entry_path("nightly").read_text())
     assert stored["overrides"] == TINY and stored["tz"] == "Europe/Berlin" and stored["guarded"] == guarded
@@ -593,8 +593,42 @@ def test_a_crontab_line_cron_would_cut_is_refused_before_the_crontab_is_touched(
     reads the crontab, naming the line's length, the limit and the way out (--systemd)."""
     from sweeps.ops import install
 
+    deep = tmp_path / ("p" * 120) / ("q" * 120)  # the project path is on the line three times
     entry = schedule.Entry(name="nightly", overrides=[], cron="0 3 * * *", tz=None, kind="cron",
-                           project=str(tmp_path), home=str(tmp_path / "home"),
-                           env={"PATH": ":".join(f"/opt/tool{i}/bin" for i in range(80))})
-    with pytest.raises(BadInput, match=r"crontab line would be \d{4} characters \(cron cuts at 990\).*--systemd"):
+                           project=str(deep), home=str(tmp_path / "home"))
+    with pytest.raises(BadInput, match=r"crontab line would be \d{3,4} characters \(cron cuts at 990\).*--systemd"):
         install.install_cron(entry, "0 3 * * *")
+
+
+def test_the_crontab_line_carries_only_sweeps_home_and_schedule_run_applies_the_stored_env(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long PATH (a CI runner's, a conda user's) no longer reaches the crontab line: the line sets SWEEPS_HOME
+    and `schedule run` applies the rest of the stored environment for a cron entry (not for an outside
+    scheduler's, whose machine has its own PATH)."""
+    from sweeps.ops import install
+
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    long_path = ":".join(f"/opt/tool{i}/bin" for i in range(80)) + ":/usr/bin:/bin"
+    stored = {"SWEEPS_HOME": str(tmp_path / "home"), "PATH": long_path,
+              "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/night.db", "RAY_TMPDIR": str(tmp_path / "ray")}
+    e = schedule.Entry(name="nightly", overrides=[], cron="0 3 * * *", tz=None, kind="cron",
+                       project=str(tmp_path), home=stored["SWEEPS_HOME"], env=stored)
+    line = units.command_line(e, sys.executable)
+    assert f"SWEEPS_HOME={stored['SWEEPS_HOME']} " in line and "PATH=" not in line and "MLFLOW" not in line
+    assert len(units.crontab_block(e, sys.executable, "0 3 * * *")[1]) < install.CRON_LINE_MAX < len(long_path)
+
+    for key in ("PATH", "MLFLOW_TRACKING_URI", "RAY_TMPDIR"):
+        monkeypatch.setenv(key, "from-the-shell")  # restored after the test
+    monkeypatch.chdir(tmp_path)  # `schedule run` cds into the project
+    seen: dict[str, dict[str, str]] = {}
+
+    def record(entry: schedule.Entry) -> tuple[int, dict[str, Any]]:
+        seen[entry.kind] = {k: os.environ[k] for k in ("PATH", "MLFLOW_TRACKING_URI", "RAY_TMPDIR")}
+        return 0, {"status": "ok"}
+
+    monkeypatch.setattr(nightly, "_run_locked", record)  # the sweep itself is the slow tier's
+    for kind in ("external", "cron"):
+        schedule.save_entry(dataclasses.replace(e, kind=kind))
+        assert nightly.run("nightly") == 0
+    assert seen["external"] == dict.fromkeys(("PATH", "MLFLOW_TRACKING_URI", "RAY_TMPDIR"), "from-the-shell")
+    assert seen["cron"] == {k: stored[k] for k in ("PATH", "MLFLOW_TRACKING_URI", "RAY_TMPDIR")}

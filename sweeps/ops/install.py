@@ -66,7 +66,8 @@ def install_cron(entry: schedule.Entry, fields: str) -> str:
     block = units.crontab_block(entry, sys.executable, fields)
     if len(block[1]) > CRON_LINE_MAX:
         raise BadInput(f"schedule add: the crontab line would be {len(block[1])} characters (cron cuts at "
-                       f"{CRON_LINE_MAX}); shorten PATH or the project path, or use --systemd")
+                       f"{CRON_LINE_MAX}); run `schedule add` from a shorter project path or with a shorter "
+                       f"SWEEPS_HOME, or use --systemd")
     with _crontab_lock():
         current, _ = units.strip_block(read_crontab(), entry.name, entry.home)
         write_crontab(units.with_block(current, block))

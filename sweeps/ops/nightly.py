@@ -48,6 +48,8 @@ def run(name: str, fired_at: float | None = None) -> int:
     if fired_at is not None and entry.guarded and not cron.is_due(entry.cron, entry.tz, fired_at):
         log.debug("schedule %s: not due at %s in %s", name, time.ctime(fired_at), entry.tz)
         return 0
+    if entry.kind == "cron":  # the crontab line set only SWEEPS_HOME; systemd units and outside schedulers
+        schedule.apply_env(entry)  # set their own environment
     os.environ["SWEEPS_HOME"] = str(paths.home())  # absolute: the chdir below must not move it
     if Path(entry.project).is_dir() and Path.cwd() != Path(entry.project):
         os.chdir(entry.project)  # reports/ and logs/ are relative to the project, as under cron

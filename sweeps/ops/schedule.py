@@ -9,6 +9,7 @@ installed text: :mod:`sweeps.ops.units`; installing it: :mod:`sweeps.ops.install
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -19,6 +20,8 @@ from typing import Any
 
 from sweeps import paths
 from sweeps.errors import BadInput
+
+log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -129,6 +132,14 @@ def read_state(name: str) -> dict[str, Any] | None:
         return data
     except (OSError, ValueError):
         return None
+
+
+def apply_env(entry: Entry) -> None:
+    """Set the environment ``schedule add`` recorded (a cron entry's line carries only SWEEPS_HOME). The
+    SWEEPS_HOME this run found the entry in stays: the folder may have moved since."""
+    carried = {k: v for k, v in entry.env.items() if k != "SWEEPS_HOME"}
+    os.environ.update(carried)
+    log.debug("schedule %s: environment from %s: %s", entry.name, entry_path(entry.name), sorted(carried))
 
 
 def carried_env() -> dict[str, str]:

@@ -97,8 +97,12 @@ def tag(name: str, home: str) -> str:
 
 
 def command_line(entry: Entry, python: str) -> str:
-    """The shell command cron runs: cd to the project, set the environment, run, append to the log."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in entry.env.items())
+    """The shell command cron runs: cd to the project, set SWEEPS_HOME, run, append to the log.
+
+    Only ``SWEEPS_HOME`` is on the line (it finds the stored entry): ``schedule run`` applies the rest of
+    ``entry.env`` (PATH, MLFLOW_TRACKING_URI, ...) itself, so a long PATH cannot take the line past the
+    ~1,000 characters Vixie cron keeps."""
+    env = f"SWEEPS_HOME={shlex.quote(entry.env.get('SWEEPS_HOME', entry.home))}"
     fired = ' --fired-at "$(date +%s)"' if entry.guarded else ""
     log = shlex.quote(str(entry.log_path))
     return (f"cd {shlex.quote(entry.project)} && mkdir -p {shlex.quote(str(entry.log_path.parent))} && "
