@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.reports.summary import TRAINABLE_CLOCK, TUNE_CLOCK, Schedule, Summary
+from sweeps.reports.summary import CLOCK_WORDS, Schedule, Summary
 from sweeps.store import SweepRecord
 
 MAX_LISTED = 50  # failed / NaN / data-bound trials listed in summary.md (trials.csv has all)
@@ -179,7 +179,8 @@ def _compute_section(summ: Summary) -> Section:
             + (f" + {fmt(summ.gpus_per_trial)} GPU(s)" if summ.gpus_per_trial else "")
             + " per trial x its wall time)"
         )
-    b.append(f"training time over all trials: {_seconds(summ.train_s_total)} ({_clocks(summ.train_s_from)})")
+    clocks = "; ".join(CLOCK_WORDS[c] for c in summ.train_s_from) or "no trial reported"
+    b.append(f"training time over all trials: {_seconds(summ.train_s_total)} ({clocks})")
     if summ.efficiency is not None:
         b.append(
             f"efficiency = T_ideal / T_observed = {_seconds(summ.t_ideal_s)} / {_seconds(summ.wall_s)} = "
@@ -188,16 +189,6 @@ def _compute_section(summ: Summary) -> Section:
     else:
         b.append("efficiency: n/a (sweep wall time or slots unknown)")
     return Section("Compute", b)
-
-
-_CLOCK_WORDS = {
-    TRAINABLE_CLOCK: "the trainable's own time/compute_s + time/data_s",
-    TUNE_CLOCK: "Tune's time between reports: checkpoint saves included, start-ups left out",
-}
-
-
-def _clocks(clocks: tuple[str, ...]) -> str:
-    return "; ".join(_CLOCK_WORDS[c] for c in clocks) if clocks else "no trial reported"
 
 
 def _capped(rows: list[list[str]], what: str) -> tuple[list[list[str]], list[str]]:

@@ -26,6 +26,10 @@ CONFIG_PREFIX = "config/"  # history keys that carry a trial's (possibly mutated
 # without them): the latter holds each report's checkpoint save and hand-over, and no start-up.
 TRAINABLE_CLOCK = "trainable"
 TUNE_CLOCK = "tune"
+CLOCK_WORDS = {  # how the report names them
+    TRAINABLE_CLOCK: "the trainable's own time/compute_s + time/data_s",
+    TUNE_CLOCK: "Tune's time between reports: checkpoint saves included, start-ups left out",
+}
 
 # {param: ((iteration, value), ...)}: only the parameters whose value changed during the trial (PBT).
 Schedule = dict[str, tuple[tuple[int, Any], ...]]

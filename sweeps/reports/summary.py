@@ -24,6 +24,7 @@ from typing import Any
 
 from sweeps.reports.results import TrialRecord
 from sweeps.reports.rows import (  # noqa: F401 - re-exported: the summary's vocabulary
+    CLOCK_WORDS,
     CONFIG_PREFIX,
     DATA_FRAC,
     NONFINITE_FLAG,
