@@ -102,7 +102,7 @@ def command_line(entry: Entry, python: str) -> str:
     Only ``SWEEPS_HOME`` is on the line (it finds the stored entry): ``schedule run`` applies the rest of
     ``entry.env`` (PATH, MLFLOW_TRACKING_URI, ...) itself, so a long PATH cannot take the line past the
     ~1,000 characters Vixie cron keeps."""
-    env = f"SWEEPS_HOME={shlex.quote(entry.env.get('SWEEPS_HOME', entry.home))}"
+    env = f"SWEEPS_HOME={shlex.quote(entry.home)}"
     fired = ' --fired-at "$(date +%s)"' if entry.guarded else ""
     log = shlex.quote(str(entry.log_path))
     return (f"cd {shlex.quote(entry.project)} && mkdir -p {shlex.quote(str(entry.log_path.parent))} && "
