@@ -143,6 +143,48 @@ def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None
     assert not list(Path(ended.path).glob(f"{keeper.PIN_PREFIX}*"))
 
 
+def _register(tmp_path: Path, trial: SimpleNamespace, index: int, acc: float, num_to_keep: int) -> None:
+    """What Tune does with a trial's new checkpoint: our callback first, then Tune's own manager registers it."""
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune import Checkpoint
+
+    path = Path(trial.path) / f"checkpoint_{index:06d}"
+    path.mkdir()
+    (path / "state.pt").write_bytes(f"epoch {index}".encode())
+    keeper.keep_latest(trial, str(path), num_to_keep)
+    ckpt = Checkpoint(str(path), pafs.LocalFileSystem())
+    trial.run_metadata.checkpoint_manager.register_checkpoint(_TrainingResult(ckpt, {"val/acc": acc}))
+    trial.checkpoint = ckpt
+
+
+def test_the_latest_checkpoint_tune_deletes_is_kept_and_resume_puts_it_back(tmp_path: Path) -> None:
+    """Tune's real checkpoint manager (num_to_keep=2, mode=min, a rising accuracy): each new checkpoint ranks
+    last, so registering it deletes the previous latest, which a not-yet-synced experiment state still names."""
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.tune import CheckpointConfig
+
+    trial = _trial(tmp_path, "t", None)
+    config = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="val/acc", checkpoint_score_order="min")
+    trial.run_metadata = SimpleNamespace(checkpoint_manager=_CheckpointManager(config))
+    folder = Path(trial.path)
+    for i in range(3):
+        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2)
+    assert not (folder / f"{keeper.KEEP_PREFIX}checkpoint_000000").exists(), "the best one: Tune keeps it"
+    _register(tmp_path, trial, 3, 0.8, num_to_keep=2)
+    assert not (folder / "checkpoint_000002").exists(), "Tune deleted the latest it had before"
+    assert (folder / f"{keeper.KEEP_PREFIX}checkpoint_000002" / "state.pt").read_bytes() == b"epoch 2"
+    for i in range(4, 9):
+        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2)
+    kept = sorted(p.name for p in folder.glob(f"{keeper.KEEP_PREFIX}*"))
+    assert kept == [f"{keeper.KEEP_PREFIX}checkpoint_00000{i}" for i in (4, 5, 6, 7)], "num_to_keep + 2 copies"
+    assert keeper.restore_kept(str(tmp_path / "exp")) == 4
+    assert (folder / "checkpoint_000007" / "state.pt").read_bytes() == b"epoch 7"
+    assert keeper.restore_kept(str(tmp_path / "exp")) == 0, "only what is missing is put back"
+    trial.status = "TERMINATED"
+    keeper._sweep([trial], str(tmp_path / "sweep-train"))
+    assert not list(folder.glob(f"{keeper.KEEP_PREFIX}*")), "a finished trial restores from nothing"
+
+
 # ---- the Ray internals the bridge relies on -----------------------------------------------------------------
 
 def test_train_controller_runs_on_the_drivers_node() -> None:
@@ -167,6 +209,14 @@ def test_tune_calls_callbacks_after_the_scheduler_decided() -> None:
 
     src = inspect.getsource(TuneController._process_trial_result)
     assert 0 < src.index("_scheduler_alg.on_trial_result") < src.index("_callbacks.on_trial_result")
+
+
+def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint() -> None:
+    """LatestKept copies the latest checkpoint in ``on_checkpoint``: Tune must not have deleted it yet."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    src = inspect.getsource(TuneController._process_trial_save)
+    assert 0 < src.index("_callbacks.on_checkpoint(") < src.index("trial.on_checkpoint(")
 
 
 def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:

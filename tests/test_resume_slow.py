@@ -87,15 +87,36 @@ def _finish_and_check(env: SweepsEnv, n_trials: int, epochs: int) -> dict:
     return rec
 
 
+def _deleted_latest(env: SweepsEnv) -> list[str]:
+    """The latest checkpoints that Tune's saved experiment state names but that are gone from storage."""
+    rec = _index(env)
+    if not rec or not _trial_rows(env):
+        return []
+    from ray.tune import ExperimentAnalysis
+
+    try:
+        trials = ExperimentAnalysis(rec["experiment_dirs"][-1]).trials
+    except Exception:  # noqa: BLE001 - a state file Tune is still writing
+        return []
+    return [t.checkpoint.path for t in trials if t.checkpoint is not None and not os.path.isdir(t.checkpoint.path)]
+
+
 def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
+        # Every new checkpoint ranks below the kept ones (mode=min on a rising accuracy), so Tune deletes the
+        # one that was latest at each registration, while it saves its experiment state only when forced
+        # (every num_to_keep checkpoints of a trial): the driver is killed while that state names a deleted
+        # checkpoint, which `resume` must still continue from.
         proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
-                         "sweep.num_samples=3", "trainable.params.epochs=6")
-        wait_for(lambda: _progress(env, 2), 480, what="two reported epochs")
+                         "sweep.num_samples=3", "trainable.params.epochs=6", "sweep.mode=min",
+                         extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
+        wait_for(lambda: _progress(env, 2) and _deleted_latest(env), 480, interval=0.2,
+                 what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
         proc.wait(timeout=30)
         env.kill_ray()
+        assert _deleted_latest(env), "the killed driver's saved state names a deleted checkpoint"
         rec = _index(env)
         assert rec["status"] == "running"  # nobody could say otherwise
         c = mlflow_client(env.tracking_uri)

@@ -9,6 +9,16 @@ server-side copies on one object store), and the recipient seeds its Train run f
 at most one pin: the one for the checkpoint Tune would hand it now. At the end of the experiment every
 other pin and the whole ``<sweep>-train`` folder (Train's per-start run folders, including those of starts
 that were killed) are deleted. docs/ray.md, "The Train -> Tune bridge".
+
+A trial's latest checkpoint is kept alive past Tune's retention, for ``resume``. Tune deletes a checkpoint
+that falls out of the best ``num_to_keep`` the moment a better-placed one is registered, but writes the
+experiment state that ``resume`` restores from (which names each trial's latest checkpoint) only every so
+often: a driver killed in between leaves a state whose latest checkpoint is gone, and Tune fails that trial
+("does not exist on storage anymore"). So just before Tune registers a new checkpoint, the one that was the
+latest is copied to ``sweeps-keep-<name>`` in the trial folder (hard links on local disk) unless Tune is
+sure to keep it, the newest ``num_to_keep + KEEP_SPARE`` copies per trial are kept (Tune forces a state sync
+every ``num_to_keep`` checkpoints of a trial), and ``resume`` puts back each copy whose original is gone
+before it restores. docs/ray.md, "A killed driver and Tune's checkpoint retention".
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from sweeps.execution.bridge import copy_checkpoint
 log = logging.getLogger(__name__)
 
 PIN_PREFIX = "sweeps-donor-"
+KEEP_PREFIX = "sweeps-keep-"
+KEEP_SPARE = 2  # kept copies beyond num_to_keep: a state sync still in flight while the trial reports on
 
 
 def pin_name(checkpoint_path: str) -> str:
@@ -40,21 +52,26 @@ def _exists(fs: Any, path: str) -> bool:
     return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
 
 
-def drop_pins(fs: Any, trial_dir: str, keep: str | None) -> None:
-    """Delete the pins in a trial folder, but ``keep`` (a pin name)."""
+def _names(fs: Any, folder: str, prefix: str) -> list[str]:
+    """The sub-folders of ``folder`` whose names start with ``prefix``, sorted."""
     import pyarrow.fs as pafs
 
     try:
-        infos = fs.get_file_info(pafs.FileSelector(trial_dir, allow_not_found=True))
+        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     except OSError:
-        return
-    for info in infos:
-        name = posixpath.basename(info.path.rstrip("/"))
-        if name.startswith(PIN_PREFIX) and name != keep:
+        return []
+    names = (posixpath.basename(i.path.rstrip("/")) for i in infos if i.type == pafs.FileType.Directory)
+    return sorted(n for n in names if n.startswith(prefix))
+
+
+def drop_pins(fs: Any, trial_dir: str, keep: str | None, prefix: str = PIN_PREFIX) -> None:
+    """Delete the pins (or the kept copies, with ``KEEP_PREFIX``) in a trial folder, but ``keep`` (a name)."""
+    for name in _names(fs, trial_dir, prefix):
+        if name != keep:
             try:
-                fs.delete_dir(info.path)
+                fs.delete_dir(posixpath.join(trial_dir, name))
             except OSError as exc:
-                log.warning("could not delete the stale PBT pin %s (%s)", info.path, exc)
+                log.warning("could not delete %s in %s (%s)", name, trial_dir, exc)
 
 
 def seed_for(start: Any, storage: Any) -> Any:
@@ -90,6 +107,41 @@ def _pin(trial: Any) -> None:
     log.debug("pinned %s's donor checkpoint %s as %s", trial.trial_id, ckpt.path, dest)
 
 
+def _surely_kept(trial: Any, path: str, num_to_keep: int) -> bool:
+    """Tune keeps ``path`` when one more checkpoint is registered: it is among its best ``num_to_keep - 1``."""
+    manager = trial.run_metadata.checkpoint_manager
+    best = manager.best_checkpoint_results[-(num_to_keep - 1):] if num_to_keep > 1 else []
+    return path in {r.checkpoint.path for r in best if r.checkpoint is not None}
+
+
+def keep_latest(trial: Any, new_path: str, num_to_keep: int) -> None:
+    """Before Tune registers ``new_path``: copy the trial's latest checkpoint unless Tune is sure to keep it."""
+    latest = trial.checkpoint
+    if latest is None or not trial.path or latest.path == new_path or not inside(latest.path, trial.path):
+        return
+    fs = trial.storage.storage_filesystem
+    if not _surely_kept(trial, latest.path, num_to_keep):
+        dest = posixpath.join(trial.path, KEEP_PREFIX + posixpath.basename(latest.path.rstrip("/")))
+        if not _exists(fs, dest) and _exists(fs, latest.path):
+            copy_checkpoint(latest.path, latest.filesystem, dest, fs)
+    for name in _names(fs, trial.path, KEEP_PREFIX)[:-(num_to_keep + KEEP_SPARE)]:
+        fs.delete_dir(posixpath.join(trial.path, name))  # zero-padded indices: name order is age order
+
+
+def restore_kept(experiment_dir: str) -> int:
+    """``resume``: put back each kept checkpoint whose original Tune deleted after its last saved state."""
+    fs, root = uris.filesystem(experiment_dir)
+    restored = 0
+    for trial_dir in (posixpath.join(root, n) for n in _names(fs, root, "")):
+        for name in _names(fs, trial_dir, KEEP_PREFIX):
+            original = posixpath.join(trial_dir, name[len(KEEP_PREFIX):])
+            if not _exists(fs, original):
+                copy_checkpoint(posixpath.join(trial_dir, name), fs, original, fs)
+                log.info("put back %s, which Tune deleted after it last saved its state", original)
+                restored += 1
+    return restored
+
+
 def _sweep(trials: list[Any], train_dir: str) -> None:
     try:
         uris.delete_dir(train_dir)
@@ -103,10 +155,13 @@ def _sweep(trials: list[Any], train_dir: str) -> None:
         needed = ckpt is not None and t.status != "TERMINATED" and not inside(ckpt.path, t.path)
         keep = pin_name(ckpt.path) if needed else None
         drop_pins(t.storage.storage_filesystem, t.path, keep)
+        if t.status in ("TERMINATED", "ERROR"):  # Tune's final state is saved: nothing restores these
+            drop_pins(t.storage.storage_filesystem, t.path, None, KEEP_PREFIX)
 
 
-def callbacks(train_dir: str) -> list[Any]:
-    """Tune callbacks: pin PBT donors' checkpoints; at the experiment's end, delete what no trial needs."""
+def callbacks(train_dir: str, num_to_keep: int | None) -> list[Any]:
+    """Tune callbacks: pin PBT donors' checkpoints, keep each trial's latest checkpoint alive for ``resume``;
+    at the experiment's end, delete what no trial needs."""
     from ray.tune import Callback
 
     class DonorPins(Callback):  # type: ignore[misc]
@@ -124,10 +179,22 @@ def callbacks(train_dir: str) -> list[Any]:
                     except Exception as exc:  # noqa: BLE001 - the recipient falls back to the original
                         log.warning("could not pin the donor checkpoint of trial %s (%s)", t.trial_id, exc)
 
+    class LatestKept(Callback):  # type: ignore[misc]
+        """Tune calls ``on_checkpoint`` just before it registers the checkpoint (and deletes the worst)."""
+
+        def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
+                          **info: Any) -> None:
+            if num_to_keep is None:  # Tune deletes nothing
+                return
+            try:
+                keep_latest(trial, checkpoint.path, num_to_keep)
+            except Exception as exc:  # noqa: BLE001 - the sweep goes on; only a kill right now could hurt
+                log.warning("could not keep trial %s's latest checkpoint for resume (%s)", trial.trial_id, exc)
+
     class Sweeper(Callback):  # type: ignore[misc]
         """Every trial start has ended: Train's run folders and unneeded pins go."""
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
             _sweep(trials, train_dir)
 
-    return [DonorPins(), Sweeper()]
+    return [DonorPins(), LatestKept(), Sweeper()]

@@ -23,11 +23,11 @@ def train_dir(spec: SweepSpec, sweep_id: str) -> str:
 
 def run_callbacks(spec: SweepSpec, sweep_id: str) -> list[Any]:
     """The Tuner's own callbacks (after the tracker): result loggers and the checkpoint keeper (PBT pins,
-    clean-up). ``sweeps resume`` sets them again on a restored Tuner."""
+    latest checkpoints kept for resume, clean-up). ``sweeps resume`` sets them again on a restored Tuner."""
     from sweeps.execution import keeper
     from sweeps.execution.tune_logs import result_loggers
 
-    return [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id))]
+    return [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
 
 
 def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:

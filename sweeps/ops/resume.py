@@ -37,6 +37,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     """
     from ray import tune
 
+    from sweeps.execution import keeper
     from sweeps.execution import tuner as tuner_mod
 
     rec = store.load(sweep_id)
@@ -52,6 +53,8 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     with launched(spec) as (_plan, c):
         _reopen_parent(c, rec)
         rec = claim(rec.sweep_id, status="running")
+        # A killed driver's last saved state may name a latest checkpoint that Tune deleted after saving it.
+        keeper.restore_kept(exp_dir)
         tracker = runner.make_tracker(spec, rec)
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
