@@ -119,11 +119,14 @@ def keep_latest(trial: Any, new_path: str, num_to_keep: int) -> None:
     latest = trial.checkpoint
     if latest is None or not trial.path or latest.path == new_path or not inside(latest.path, trial.path):
         return
+    if _surely_kept(trial, latest.path, num_to_keep):
+        return
     fs = trial.storage.storage_filesystem
-    if not _surely_kept(trial, latest.path, num_to_keep):
-        dest = posixpath.join(trial.path, KEEP_PREFIX + posixpath.basename(latest.path.rstrip("/")))
-        if not _exists(fs, dest) and _exists(fs, latest.path):
-            copy_checkpoint(latest.path, latest.filesystem, dest, fs)
+    dest = posixpath.join(trial.path, KEEP_PREFIX + posixpath.basename(latest.path.rstrip("/")))
+    if _exists(fs, dest) or not _exists(fs, latest.path):
+        return
+    copy_checkpoint(latest.path, latest.filesystem, dest, fs)
+    # Only a new copy adds one: list and prune then, not on every report (a listing is a request on S3).
     for name in _names(fs, trial.path, KEEP_PREFIX)[:-(num_to_keep + KEEP_SPARE)]:
         fs.delete_dir(posixpath.join(trial.path, name))  # zero-padded indices: name order is age order
 
