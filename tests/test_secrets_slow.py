@@ -65,6 +65,7 @@ def test_no_secret_at_rest_after_a_real_sweep(tmp_path: Path) -> None:
             "scheduler=fifo", "trainable.num_workers=1", "trainable.params.epochs=2", "report.enabled=true",
             "cluster.worker_start_timeout_s=60", f"tracking.uri={uri}",
             f"+trainable.params.api_token={CLI_SECRET}", "+trainable.params.note=${oc.env:SWEEPS_DB_PASSWORD}",
+            "+trainable.params.tokenizer_name=gpt2",
             timeout=900, extra_env={"SWEEPS_DB_PASSWORD": ENV_SECRET}, check=True)
         sweep_id = re.search(r"^sweep (\S+): finished", proc.stdout, re.MULTILINE).group(1)  # type: ignore[union-attr]
 
@@ -83,6 +84,7 @@ def test_no_secret_at_rest_after_a_real_sweep(tmp_path: Path) -> None:
         assert {r.info.status for r in runs} == {"FINISHED"}
         assert all(r.data.params["api_token"] == "***REDACTED***" for r in children)
         assert all(r.data.params["note"] == "***REDACTED***" for r in children)
+        assert all(r.data.params["tokenizer_name"] == "gpt2" for r in children), "an ordinary value was redacted"
         assert parent.data.tags["sweeps.allowed_targets"] == "(none)"
 
         # what was searched really holds the places a leak would be

@@ -1,16 +1,18 @@
 """Keeping secrets out of everything a sweep stores or logs: redaction by key name, by known value, in URIs.
 
-Three kinds of secret are recognised:
+Three kinds of secret are recognised (what looks secret is decided in :mod:`sweeps.config.secretlike`):
 
-- the value of any key whose name looks secret (``password``, ``token``, ``api_key``...), wherever it sits;
-- a password inside a URI's userinfo (``postgresql://user:pw@host/db``, ``https://user:token@host``), in any
-  string;
+- the value of any key whose name, read as words, names a secret (``password``, ``hf_token``, ``apiKey``,
+  ``authorization``...), wherever it sits, and every value beneath such a key;
+- a credential inside a URI, in any string: ``user:password@``, ``https://TOKEN@host``, ``?token=``/``&sig=``;
 - a value that came from ``${oc.env:NAME}`` with a secret-looking ``NAME``, under any key.
 
 Values found once are remembered for this process (:func:`remember`), so free text (error messages, the
-overrides string, log lines) is scrubbed of them too. Stored URIs are public forms (:func:`public_uri`): an
-MLflow server URI loses its userinfo (the credentials travel as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``),
-any other URI has its password replaced; the real URI stays in this process's memory only (:func:`real_uri`).
+overrides string, log lines) is scrubbed of them too; a value is cut out of other text only when it could not
+be an ordinary word or number (``gpt2``, ``admin``, ``2048`` never are). Stored URIs are public forms
+(:func:`public_uri`): an MLflow server URI loses its userinfo (the credentials travel as
+``MLFLOW_TRACKING_USERNAME``/``PASSWORD``), any other URI has its password replaced; the real URI stays in
+this process's memory only (:func:`real_uri`).
 """
 
 from __future__ import annotations
@@ -20,28 +22,22 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sweeps.config.secretlike import REDACTED, cuttable, is_secret_key, redact_uri, switch, uri_secrets, whole
 from sweeps.errors import BadInput
 
-SECRET_WORDS = (r"password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
-                r"webhook")  # a webhook URL is itself the credential
-SECRET_KEY = re.compile(rf"({SECRET_WORDS})", re.IGNORECASE)
-REDACTED = "***REDACTED***"
-USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^\s/@:?#]*):(?P<pw>[^\s/?#]*)@")
 _VALUE = r"(?P<value>(?!\$\{|\.\.\.|<)[^\s,;'\"}\]=]+)(?=[\s,;'\"}\]]|$)"
 # `password=x` anywhere in free text; `password: x` only inside a flow mapping (`{a: 1, token: x}`), so a
-# message such as "tracking.password: its value ..." is left alone.
-KEY_VALUE = re.compile(rf"(?i)(?P<key>[\w.\-]*(?:{SECRET_WORDS})[\w\-]*)(?P<sep>\s*=\s*){_VALUE}")
-KEY_FLOW = re.compile(rf"(?i)(?P<key>(?<=[{{,])\s*[\w.\-]*(?:{SECRET_WORDS})[\w\-]*)(?P<sep>\s*:\s*){_VALUE}")
+# message such as "tracking.password: its value ..." is left alone. The key must name a secret as words.
+KEY_VALUE = re.compile(rf"(?P<key>[\w.\-]+)(?P<sep>\s*=\s*){_VALUE}")
+KEY_FLOW = re.compile(rf"(?P<key>(?<=[{{,])\s*[\w.\-]+)(?P<sep>\s*:\s*){_VALUE}")
+# `Authorization: Bearer x`, `bearer x` in free text (a value with a digit: "bearer authentication" stays)
+BEARER = re.compile(r"(?i)(?P<key>\b(?:authorization\s*[:=]\s*(?:bearer|basic|token)?|bearer)\s+)"
+                    r"(?P<value>(?=[^\s]*\d)[A-Za-z0-9._~+/\-]{8,}=*)")
 ENV_REF = re.compile(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 ONLY_INTERPOLATION = re.compile(r"^\$\{[^{}]*\}$")
-MIN_SCRUB = 4  # shorter values are redacted where they stand whole, never cut out of other text
 
 _known: set[str] = set()
 _real_uris: dict[str, str] = {}
-
-
-def is_secret_key(key: str) -> bool:
-    return bool(SECRET_KEY.search(key))
 
 
 def remember(values: Iterable[str]) -> None:
@@ -54,12 +50,8 @@ def known() -> set[str]:
 
 
 def uri_passwords(text: str) -> set[str]:
-    return {m.group("pw") for m in USERINFO.finditer(text) if m.group("pw")}
-
-
-def redact_uri(text: str) -> str:
-    """Every ``scheme://user:password@`` in ``text`` with the password replaced."""
-    return USERINFO.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:{REDACTED}@", text)
+    """The credentials inside URIs in ``text`` (passwords, ``https://TOKEN@`` tokens, secret query values)."""
+    return uri_secrets(text)
 
 
 def split_userinfo(uri: str) -> tuple[str, str | None, str | None]:
@@ -78,8 +70,9 @@ def split_userinfo(uri: str) -> tuple[str, str | None, str | None]:
 def public_uri(uri: str) -> str:
     """The form of a URI that may be stored and shown; the real one is remembered for :func:`real_uri`."""
     if uri.startswith(("http://", "https://")):
-        public, user, pw = split_userinfo(uri)
-        remember(v for v in (pw,) if v)
+        public, _, pw = split_userinfo(uri)
+        remember({*uri_secrets(uri), *(v for v in (pw,) if v)})
+        public = redact_uri(public)
     else:
         remember(uri_passwords(uri))
         public = redact_uri(uri)
@@ -100,57 +93,65 @@ def real_uri(public: str) -> str:
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Free text with URI passwords, ``secret_key=value`` pairs and every known secret value replaced."""
+    """Free text with URI credentials, ``secret_key=value`` pairs, bearer tokens and every known secret value
+    (long enough not to be an ordinary word) replaced."""
     text = redact_uri(str(text))
     for s in sorted({*secrets, *_known}, key=len, reverse=True):
-        if len(s) >= MIN_SCRUB and s != REDACTED:
+        if cuttable(s):
             text = text.replace(s, REDACTED)
     for pattern in (KEY_VALUE, KEY_FLOW):
-        text = pattern.sub(lambda m: f"{m.group('key')}{m.group('sep')}{REDACTED}", text)
-    return text
+        text = pattern.sub(lambda m: f"{m.group('key')}{m.group('sep')}{REDACTED}"
+                           if is_secret_key(m.group("key")) and not switch(m.group("value")) else m.group(0), text)
+    return BEARER.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
 
 
-def _collect(node: Any, secrets: set[str]) -> None:
+def _secret_value(v: Any) -> bool:
+    """A value under a secret-named key that is replaced (a switch such as ``use_auth_token: true`` is kept)."""
+    return v not in (None, "") and not isinstance(v, bool)
+
+
+def _collect(node: Any, secrets: set[str], under: bool = False) -> None:
     if isinstance(node, Mapping):
         for k, v in node.items():
-            if is_secret_key(str(k)) and not isinstance(v, Mapping | list | tuple) and v not in (None, ""):
-                secrets.add(str(v))
-            else:
-                _collect(v, secrets)
+            _collect(v, secrets, under or is_secret_key(str(k)))
     elif isinstance(node, list | tuple):
         for v in node:
-            _collect(v, secrets)
+            _collect(v, secrets, under)
     elif isinstance(node, str):
-        secrets.update(uri_passwords(node))
+        if under and _secret_value(node) and not ONLY_INTERPOLATION.match(node):
+            secrets.add(node)
+        secrets.update(uri_secrets(node))
 
 
-def _replace(node: Any, secrets: set[str]) -> Any:
+def _replace(node: Any, secrets: set[str], cut: list[str], under: bool = False) -> Any:
     if isinstance(node, Mapping):
-        return {k: (REDACTED if is_secret_key(str(k)) and not isinstance(v, Mapping | list | tuple)
-                    and v not in (None, "") else _replace(v, secrets)) for k, v in node.items()}
+        return {k: _replace(v, secrets, cut, under or is_secret_key(str(k))) for k, v in node.items()}
     if isinstance(node, list | tuple):
-        return [_replace(v, secrets) for v in node]
+        return [_replace(v, secrets, cut, under) for v in node]
+    if under and _secret_value(node):
+        return REDACTED
     if isinstance(node, str):
-        if node in secrets:
+        if node in secrets and whole(node):
             return REDACTED
         out = redact_uri(node)
-        for s in sorted(secrets, key=len, reverse=True):
-            if len(s) >= MIN_SCRUB:
-                out = out.replace(s, REDACTED)
+        for s in cut:
+            out = out.replace(s, REDACTED)
         return out
     return node
 
 
 def redact(node: Any, secrets: set[str] | None = None) -> Any:
-    """A copy of ``node`` with secret values replaced: secret-named keys, URI passwords, known values.
+    """A copy of ``node`` with secret values replaced: under secret-named keys, in URIs, known values.
 
     ``secrets`` collects the values found (so free text such as an error message can be scrubbed too).
+    Example: ``redact({"hf_token": "hf_Ab12...", "tokenizer_name": "gpt2"})`` replaces the first only.
     """
     found: set[str] = set()
     _collect(node, found)
     if secrets is not None:
         secrets.update(found)
-    return _replace(node, found | _known)
+    every = found | _known
+    return _replace(node, every, sorted((s for s in every if cuttable(s)), key=len, reverse=True))
 
 
 def env_secrets(unresolved: Any) -> set[str]:
@@ -176,11 +177,13 @@ def _split(override: str) -> tuple[str, str, str] | None:
 
 def redact_overrides(overrides: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
     """The overrides as they may be stored and logged: a secret-named key's literal value is replaced
-    (``${oc.env:VAR}`` references are kept: they hold no secret), and known secrets are scrubbed."""
+    (``${oc.env:VAR}`` references and ``true``/``false``/``null`` are kept: they hold no secret), and known
+    secrets are scrubbed."""
     out = []
     for o in overrides:
         parts = _split(o)
-        if parts and is_secret_key(parts[1]) and not ONLY_INTERPOLATION.match(parts[2].strip()):
+        if parts and is_secret_key(parts[1]) and not ONLY_INTERPOLATION.match(parts[2].strip()) \
+                and not switch(parts[2]):
             out.append(f"{parts[0]}={REDACTED}")
         else:
             out.append(scrub(o, secrets))

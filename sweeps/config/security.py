@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from sweeps.config.redaction import REDACTED, SECRET_KEY, is_secret_key, redact, scrub  # noqa: F401
+from sweeps.config.redaction import REDACTED, is_secret_key, redact, scrub  # noqa: F401
 from sweeps.config.targets import CONVERT, DOTTED, TargetRefused, resolve
 
 # What the bundled configs need, and no more: not all of `sweeps` (its ops write crontabs), not all of

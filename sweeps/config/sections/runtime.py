@@ -65,9 +65,9 @@ def storage(r: Reader, default_path: str) -> str:
         r.errors.append(f"storage.path: {path!r} has a malformed URI scheme; use a folder or s3://bucket/prefix")
     if redaction.uri_passwords(path):
         redaction.remember(redaction.uri_passwords(path))
-        r.errors.append(f"storage.path: {redaction.redact_uri(path)!r} carries credentials (user:secret@), which "
-                        f"Ray would write into its experiment state and the sweep index; give them through the "
-                        f"environment instead (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+        r.errors.append(f"storage.path: {redaction.redact_uri(path)!r} carries credentials (user:secret@, TOKEN@ or "
+                        f"a secret query parameter), which Ray would write into its experiment state and the sweep "
+                        f"index; give them through the environment instead (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
                         f"GOOGLE_APPLICATION_CREDENTIALS)")
         return uris.normalize(redaction.redact_uri(path))
     return uris.normalize(path)
