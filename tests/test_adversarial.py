@@ -28,6 +28,11 @@ INTERP = [f"+trainable.params.l0=[{','.join(['aaaaaaaaaa'] * 10)}]"] + [
 # (argv, the text the error must hold: it names the key)
 CASES: list[tuple[list[str], str]] = [
     # -- target tricks
+    (["run", Q, "+searcher._args_=[{_target_: ray.tune.search.searcher.os.system, _args_: ['touch pwned']}]"],
+     "searcher._args_[0]._target_: target 'ray.tune.search.searcher.os.system' resolves through "
+     "'ray.tune.search.searcher.os' to 'os'"),
+    (["run", Q, "scheduler._target_=ray.tune.schedulers.async_hyperband.pickle.loads"],
+     "scheduler._target_: target 'ray.tune.schedulers.async_hyperband.pickle.loads' resolves through"),
     (["run", Q, "+searcher._args_=[{_target_: sweeps.ops.run.os.system, _args_: ['touch pwned']}]"],
      "searcher._args_[0]._target_: target 'sweeps.ops.run.os.system' is outside"),
     (["run", Q, "searcher._target_=trainables.common.os.system"],
@@ -42,8 +47,21 @@ CASES: list[tuple[list[str], str]] = [
     (["run", Q, "trainable.loop=trainables.common.os.system"], "trainable.loop: 'trainables.common.os.system'"),
     (["run", Q, "trainable.builder=os.system"], "trainable.builder: 'os.system' is outside"),
     (["run", Q, "+trainable.datasets=subprocess.run"], "trainable.datasets: 'subprocess.run' is outside"),
+    # -- widening the allowlist from an untrusted place (overrides; Hydra's search path)
     (["run", Q, "security.allowed_targets=[os]", "scheduler._target_=os.system"],
-     "security.allowed_targets[0]: 'os' may not be allowed"),
+     "security.allowed_targets: 'security.allowed_targets=[os]' widens or changes the target allowlist"),
+    (["run", Q, "security={allowed_targets: [torch.hub]}"], "security: 'security={allowed_targets: [torch.hub]}'"),
+    (["run", Q, "+search_space@security=digits"], "search_space@security: '+search_space@security=digits'"),
+    (["run", Q, "hydra.searchpath=[file://evilconf]", "+experiment@_global_=evil"],
+     "hydra.searchpath: 'hydra.searchpath=[file://evilconf]' sets Hydra's own settings"),
+    (["schedule", "add", "widen", Q, "security.allowed_targets=[mypkg]", "--cron", "0 2 * * *", "--no-install"],
+     "security.allowed_targets: 'security.allowed_targets=[mypkg]' widens"),
+    (["resume", "widened-20250101-000000-abcd"], "security.allowed_targets: 'security.allowed_targets=[mypkg_r]'"),
+    (["run", "+experiment=interp", "+trainable.params.pkg=mypkg"],
+     "security.allowed_targets[0]: '${trainable.params.pkg}' is an interpolation"),
+    # -- a trusted place listing a package whose members load or run code
+    (["run", "+experiment=widen", "scheduler._target_=pandas.read_pickle"],
+     "security.allowed_targets[0]: 'pandas' may never be allowed"),
     (["run", Q, "+searcher._partial_=sometimes"], "searcher._partial_: must be true or false"),
     (["run", Q, "+searcher._target=os.system"], "searcher._target: looks like Hydra's '_target_'"),
     # -- path traversal in names, aliases and ids
@@ -56,7 +74,7 @@ CASES: list[tuple[list[str], str]] = [
     (["schedule", "run", "../../x"], "NAME: '../../x' is not a valid schedule name"),
     (["report", "../../etc/passwd"], "SWEEP_ID: no sweep '../../etc/passwd'"),
     (["resume", "../x"], "SWEEP_ID: no sweep '../x'"),
-    (["extend", "../x", "--more-trials", "1"], "SWEEP_ID: no sweep '../x'"),
+    (["extend", "../y", "--more-trials", "1"], "SWEEP_ID: no sweep '../y'"),
     # -- oversized values
     (["run", Q, "trainable.params.note=" + "a" * 20_000], "trainable.params.note: the override is 20022 characters"),
     (["run", Q, "sweep.name=" + "a" * 200], "sweep.name: 'aaaa"),
@@ -81,6 +99,17 @@ CASES: list[tuple[list[str], str]] = [
     (["ui", "--host", "0.0.0.0"], "--host: '0.0.0.0' is not a loopback address"),
 ]
 
+# $SWEEPS_ALLOWED_TARGETS (trusted: the operator's) listing a package whose members load or run code
+NEVER_TARGETS = {"torch.hub": "torch.hub.load", "pandas": "pandas.read_pickle",
+                 "ray.util": "ray.util.get_node_ip_address",
+                 "hydra._internal": "hydra._internal.utils.run_and_report", "sweeps": "sweeps.ops.install.add",
+                 "pickle": "pickle.loads", "importlib": "importlib.import_module", "torch": "torch.load",
+                 "ray": "ray.remote", "dill": "dill.loads", "numpy": "numpy.load", "builtins": "builtins.exec"}
+ENV_CASES: list[tuple[list[str], str, dict[str, str]]] = [
+    (["run", Q, f"scheduler._target_={target}"], f"SWEEPS_ALLOWED_TARGETS[1]: {pkg!r} may never be allowed",
+     {"SWEEPS_ALLOWED_TARGETS": f"mypkg_ok,{pkg}"}) for pkg, target in NEVER_TARGETS.items()]
+ROWS = [(argv, needle, {}) for argv, needle in CASES] + ENV_CASES
+
 
 def _tree(root: Path) -> dict[str, tuple[int, float]]:
     out = {}
@@ -102,6 +131,7 @@ def _plant(env: Any) -> None:
     (env.home / "sweeps" / "planted-20250101-000000-abcd.json").symlink_to(outside / "record.json")
     (env.home / "schedules").mkdir()
     (env.home / "schedules" / "planted.json").symlink_to(outside / "entry.json")
+    import dataclasses
     from dataclasses import asdict
 
     from sweeps import store
@@ -111,10 +141,20 @@ def _plant(env: Any) -> None:
                             experiment_dirs=[str(env.home / "ray" / "stored-20250101-000000-abcd")],
                             tracking_uri="sqlite:///x.db", overrides=[Q, "+tracking.password=***REDACTED***"])
     (env.home / "sweeps" / f"{rec.sweep_id}.json").write_text(json.dumps(asdict(rec)))
+    widened = dataclasses.replace(rec, sweep_id="widened-20250101-000000-abcd",
+                                  overrides=[Q, "security.allowed_targets=[mypkg_r]"])
+    (env.home / "sweeps" / f"{widened.sweep_id}.json").write_text(json.dumps(asdict(widened)))
     conf = env.root / "conf_copy"
     shutil.copytree(REPO / "conf", conf, symlinks=False)
     (conf / "search_space" / "bomb.yaml").write_text(BILLION_LAUGHS)
     (conf / "search_space" / "huge.yaml").write_text("lr: {dist: choice, values: [0.1]}\n# " + "x" * 1_100_000)
+    quickstart = (conf / "experiment" / "quickstart.yaml").read_text()
+    (conf / "experiment" / "widen.yaml").write_text(quickstart + "security:\n  allowed_targets: [pandas]\n")
+    (conf / "experiment" / "interp.yaml").write_text(
+        quickstart + "security:\n  allowed_targets: ['${trainable.params.pkg}']\n")
+    (env.root / "evilconf" / "experiment").mkdir(parents=True)  # what hydra.searchpath would reach
+    (env.root / "evilconf" / "experiment" / "evil.yaml").write_text(
+        "# @package _global_\nsecurity:\n  allowed_targets: [mypkg_evil]\n")
 
 
 @pytest.fixture
@@ -125,21 +165,28 @@ def hostile(sweeps_env: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return sweeps_env
 
 
-def test_the_table_has_at_least_25_rows() -> None:
-    assert len(CASES) >= 25
-
-
-@pytest.mark.parametrize(("argv", "needle"), CASES, ids=[" ".join(a)[:70] for a, _ in CASES])
-def test_hostile_input_is_refused_before_anything_starts(argv: list[str], needle: str, hostile: Any,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    import sys
+def _refuse(argv: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
     import time
 
+    with monkeypatch.context() as m:
+        for k, v in env.items():
+            m.setenv(k, v)
+        t0 = time.monotonic()
+        rc = cli_main.main(argv)
+        took = time.monotonic() - t0
+    return rc, capsys.readouterr().err, took
+
+
+@pytest.mark.parametrize(("argv", "needle", "env"), ROWS, ids=[" ".join(a)[:70] + (f" {e}" if e else "")
+                                                              for a, _, e in ROWS])
+def test_hostile_input_is_refused_before_anything_starts(argv: list[str], needle: str, env: dict[str, str],
+                                                         hostile: Any, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
     before = _tree(hostile.root)
-    t0 = time.monotonic()
-    rc = cli_main.main(argv)
-    took = time.monotonic() - t0
-    err = capsys.readouterr().err
+    rc, err, took = _refuse(argv, env, monkeypatch, capsys)
     assert rc == 2, err
     assert needle in err, err
     assert _tree(hostile.root) == before, "a refused command wrote or changed files"
@@ -149,3 +196,14 @@ def test_hostile_input_is_refused_before_anything_starts(argv: list[str], needle
 
         assert not ray.is_initialized(), "Ray was started for refused input"
     assert took < 60, f"refusal took {took:.1f}s"
+
+
+def test_each_row_is_refused_for_its_own_reason(hostile: Any, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """No row's expected message turns up in another row's refusal: each row exercises a distinct check, so a
+    row that stopped reaching its check (refused earlier, for another reason) fails here too."""
+    errs = [_refuse(argv, env, monkeypatch, capsys)[1] for argv, _, env in ROWS]
+    for i, (argv, needle, _) in enumerate(ROWS):
+        assert needle in errs[i], (argv, errs[i])
+        others = [" ".join(ROWS[j][0]) for j, e in enumerate(errs) if j != i and needle in e]
+        assert not others, f"{' '.join(argv)!r}: its message also answers {others}"

@@ -112,9 +112,9 @@ def test_a_trial_sees_no_module_state_of_an_earlier_one(tmp_path: Path) -> None:
     try:
         env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=3",
                 "sweep.max_concurrent_trials=1", "trainable.num_workers=1",
-                "trainable.loop=tests.leak_probe.train_loop", "security.allowed_targets=[tests.leak_probe]",
-                "trainable.params.epochs=1", "report.enabled=false", check=True, timeout=900,
-                extra_env={"PYTHONPATH": str(REPO)})  # the probe's package, as the user's own install gives it
+                "trainable.loop=tests.leak_probe.train_loop", "trainable.params.epochs=1", "report.enabled=false",
+                check=True, timeout=900,  # the probe's package, as the user's own install gives it, allowed by the
+                extra_env={"PYTHONPATH": str(REPO), "SWEEPS_ALLOWED_TARGETS": "tests.leak_probe"})  # operator
         exp = Path(_index(env)["experiment_dirs"][0])
         rows = [r for d in exp.iterdir() if d.is_dir() and (d / "result.json").is_file() for r in _rows(d)]
         assert len(rows) == 3

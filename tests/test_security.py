@@ -5,6 +5,7 @@ loopback switch. Fast tier: nothing here starts Ray or MLflow."""
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -21,8 +22,13 @@ from sweeps.errors import BadInput
     ("trainables.common.Path", "to 'pathlib'"),
     ("ray.tune.os.system", "is outside the allowed packages"),
     ("ray.tune.schedulers.async_hyperband.np.random.seed", "to 'numpy'"),
-    ("sweeps.ops.run.os.system", "is outside the allowed packages"),
-    ("sweeps.ops.install.write_crontab", "is outside the allowed packages"),  # `sweeps` itself is not allowed
+    # real paths through allowed packages, caught by the walk (the string is inside an allowed package)
+    ("ray.tune.search.searcher.os.system", "resolves through 'ray.tune.search.searcher.os' to 'os'"),
+    ("ray.tune.schedulers.async_hyperband.pickle.loads",
+     "resolves through 'ray.tune.schedulers.async_hyperband.pickle' to 'pickle'"),
+    ("optuna.samplers._cmaes.pickle.loads", "resolves through 'optuna.samplers._cmaes.pickle' to 'pickle'"),
+    ("trainables.charlm.importlib.import_module", "resolves through 'trainables.charlm.importlib' to 'importlib'"),
+    ("sweeps.ops.run.os.system", "is outside the allowed packages"),  # `sweeps` is not allowed
     ("trainables.__main__", "dunder"),
     ("trainables.digits", "is a module, not a function or class"),
     ("os.system", "is outside the allowed packages"),
@@ -33,10 +39,42 @@ def test_targets_are_refused_by_what_they_resolve_to(target: str, why: str) -> N
     assert len(errors) == 1 and errors[0].startswith("searcher._args_[0]._target_: ") and why in errors[0]
 
 
+def test_the_walk_not_the_prefix_refuses_os_reached_through_an_allowed_module() -> None:
+    """Were `sweeps.ops` allowed, `sweeps.ops.run.os.system` passes the string check: the walk must stop at `os`."""
+    with pytest.raises(targets.TargetRefused, match=r"resolves through 'sweeps\.ops\.run\.os' to 'os'"):
+        targets.resolve("sweeps.ops.run.os.system", ("sweeps.ops",))
+
+
+@pytest.mark.parametrize(("path", "allowed", "defined_in"), [
+    ("sweeps.ops.install.add", "sweeps.ops", "sweeps.ops.install"),
+    ("torch.hub.load", "torch", "torch.hub"),
+    ("pandas.read_pickle", "pandas", "pandas"),  # pandas' functions claim the module `pandas`
+    ("numpy.load", "numpy", "numpy"),
+    ("hydra.utils.instantiate", "hydra", "hydra._internal.instantiate._instantiate2"),
+])
+def test_the_walk_refuses_code_from_a_never_package_even_when_its_package_is_allowed(
+        path: str, allowed: str, defined_in: str) -> None:
+    with pytest.raises(targets.TargetRefused, match=rf"is defined in '{re.escape(defined_in)}', which may never"):
+        targets.resolve(path, (allowed,))
+
+
 def test_string_check_comes_before_any_import() -> None:
     before = set(sys.modules)
     assert security.check_targets({"s": {"_target_": "antigravity.fly"}})
     assert "antigravity" not in set(sys.modules) - before, "a module outside the allowlist was imported"
+
+
+def test_a_refused_extension_widens_nothing(sweeps_env, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """A refused entry is not used for the rest of the checks either: its package is never imported."""
+    from sweeps.ops.prepare import prepare
+
+    before = set(sys.modules)
+    monkeypatch.setenv("SWEEPS_ALLOWED_TARGETS", "antigravity")
+    with pytest.raises(BadInput) as exc:
+        prepare(["+experiment=quickstart", "scheduler._target_=antigravity.fly"])
+    assert "SWEEPS_ALLOWED_TARGETS[0]: 'antigravity' may never be allowed" in str(exc.value)
+    assert "scheduler._target_: target 'antigravity.fly' is outside" in str(exc.value)
+    assert "antigravity" not in set(sys.modules) - before
 
 
 def test_every_target_anywhere_is_checked() -> None:
@@ -62,7 +100,17 @@ def test_allowlist_extension_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert len(errors) == 1 and "searcher.inner._target_" in errors[0] and "to 'os'" in errors[0]
     assert security.extra_errors(["os", "builtins", "ray", "subprocess.x", "a b", 3]) and len(
         security.extra_errors(["os", "builtins", "ray", "subprocess.x", "a b", 3])) == 6
-    assert security.extra_errors(["mypkg_sec", "ray.tune.stopper"]) == []
+    assert security.extra_errors(["mypkg_sec", "ray.tune.stopper", "torch.optim.lr_scheduler"]) == []
+
+
+@pytest.mark.parametrize("package", [
+    "torch.hub", "torch", "torch.serialization", "pandas", "pandas.io", "ray.util", "ray", "ray.util.multiprocessing",
+    "hydra._internal", "hydra", "hydra.utils", "omegaconf", "sweeps", "sweeps.ops", "sweeps.config", "pickle",
+    "importlib", "dill", "cloudpickle", "joblib", "marshal", "runpy", "code", "builtins", "numpy", "yaml", "mlflow",
+])
+def test_packages_that_load_or_run_code_are_never_allowed(package: str) -> None:
+    errors = security.extra_errors(["mypkg_ok", package], key="SWEEPS_ALLOWED_TARGETS")
+    assert len(errors) == 1 and errors[0].startswith(f"SWEEPS_ALLOWED_TARGETS[1]: {package!r} may never be allowed")
 
 
 def test_build_uses_the_same_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,12 +285,67 @@ def test_private_ray_names_the_loopback_backend_needs() -> None:
 # -- through the CLI ------------------------------------------------------------------------------------------
 
 
-def test_dry_run_lists_allowlist_additions(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+def _conf_with(root: Path, name: str, security_yaml: str) -> Path:
+    """A copy of conf/ with one more experiment: quickstart plus ``security_yaml``."""
+    import shutil
+
+    conf = root / "conf_trusted"
+    if not conf.exists():
+        shutil.copytree(Path(__file__).resolve().parent.parent / "conf", conf)
+    (conf / "experiment" / f"{name}.yaml").write_text(
+        (conf / "experiment" / "quickstart.yaml").read_text() + "\n" + security_yaml)
+    return conf
+
+
+def test_allowlist_additions_come_from_conf_files_and_the_operator_env(
+        sweeps_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     from sweeps.cli import main as cli_main
 
-    assert cli_main.main(["run", "+experiment=quickstart", "security.allowed_targets=[mypkg_dry]", "--dry-run"]) == 0
+    conf = _conf_with(sweeps_env.root, "trusted", "security:\n  allowed_targets: [mypkg_file]\n")
+    monkeypatch.setenv("SWEEPS_CONF_DIR", str(conf))
+    monkeypatch.setenv("SWEEPS_ALLOWED_TARGETS", " mypkg_env , ")
+    assert cli_main.main(["run", "+experiment=trusted", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "added by security.allowed_targets: mypkg_dry" in out and "targets allowed: trainables" in out
+    assert "added by security.allowed_targets and $SWEEPS_ALLOWED_TARGETS: mypkg_file, mypkg_env" in out
+    assert "targets allowed: trainables" in out
+
+
+@pytest.mark.parametrize("override", [
+    "security.allowed_targets=[mypkg_cli]", "+security.allowed_targets=[mypkg_cli]",
+    "++security.allowed_targets=[mypkg_cli]", "security={allowed_targets: [mypkg_cli]}", "~security",
+    "+search_space@security=digits", "hydra.searchpath=[file:///tmp]", "+hydra/launcher=basic",
+])
+def test_an_override_may_not_set_the_allowlist_or_hydra(override: str, sweeps_env,  # noqa: ANN001
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from sweeps.cli import main as cli_main
+
+    assert cli_main.main(["run", "+experiment=quickstart", override, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    key = re.match(r"[+~]*([^=]*)", override).group(1)  # type: ignore[union-attr]
+    assert f"error: {key}: {override!r} " in err, err
+    assert ("SWEEPS_ALLOWED_TARGETS" in err and "a file under" in err) or "Hydra's own settings" in err
+
+
+def test_an_interpolation_in_the_allowlist_is_refused(sweeps_env, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from sweeps.cli import main as cli_main
+
+    conf = _conf_with(sweeps_env.root, "interp", "security:\n  allowed_targets: ['${trainable.params.pkg}']\n")
+    monkeypatch.setenv("SWEEPS_CONF_DIR", str(conf))
+    assert cli_main.main(["run", "+experiment=interp", "+trainable.params.pkg=mypkg_x", "--dry-run"]) == 2
+    assert "security.allowed_targets[0]: '${trainable.params.pkg}' is an interpolation" in capsys.readouterr().err
+
+
+def test_promotion_reads_the_record_list_and_the_operator_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from sweeps.registry import model
+
+    rec = SimpleNamespace(config={"security": {"allowed_targets": ["mypkg_rec"]}})
+    monkeypatch.setenv("SWEEPS_ALLOWED_TARGETS", "mypkg_env2")
+    assert model._allowed(rec)[-2:] == ("mypkg_rec", "mypkg_env2")
+    with pytest.raises(BadInput, match=r"security.allowed_targets\[0\]: 'pandas' may never be allowed"):
+        model._allowed(SimpleNamespace(config={"security": {"allowed_targets": ["pandas"]}}))
 
 
 def test_schedule_replay_checks_targets_again(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
@@ -258,6 +361,21 @@ def test_schedule_replay_checks_targets_again(sweeps_env, capsys: pytest.Capture
     assert "searcher._target_: target 'trainables.common.os.system' resolves" in capsys.readouterr().err
     assert not (home / "sweeps").exists() and not (home / "ray").exists(), "a sweep was started"
     assert (schedule.read_state("edited") or {}).get("exit_code") == 2
+
+
+def test_schedule_replay_refuses_a_stored_allowlist_override(sweeps_env,  # noqa: ANN001
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry's overrides are replayed every night: one that widens the allowlist is refused there too."""
+    from sweeps.cli import main as cli_main
+    from sweeps.ops import schedule
+
+    home = schedule.paths.home()
+    schedule.save_entry(schedule.Entry(
+        name="widened", overrides=["+experiment=quickstart", "security.allowed_targets=[mypkg_sched]"],
+        cron="0 2 * * *", tz=None, kind="external", project=str(sweeps_env.root), home=str(home)))
+    assert cli_main.main(["schedule", "run", "widened"]) == 2
+    assert "security.allowed_targets: 'security.allowed_targets=[mypkg_sched]' widens" in capsys.readouterr().err
+    assert not (home / "sweeps").exists() and not (home / "ray").exists(), "a sweep was started"
 
 
 def test_cli_errors_are_scrubbed(sweeps_env, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001

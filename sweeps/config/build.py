@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeps import paths
-from sweeps.config import limits, redaction, security
+from sweeps.config import limits, redaction, security, trust
 from sweeps.config.reader import Reader
 from sweeps.config.sections import objectives, outputs, runtime, scheduler, search, sweep, trainable
 from sweeps.config.spec import SweepSpec
@@ -39,8 +39,10 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     if r.errors:
         raise BadInput(*r.errors)  # oversized or control characters: nothing else is read
     r.errors += runtime.unknown_sections(cfg, SECTIONS)
-    allowed = outputs.allowed_targets(r)
-    r.errors += security.extra_errors(allowed)
+    from_files, from_env = outputs.allowed_targets(r), trust.env_targets()
+    r.errors += security.extra_errors(from_files) + security.extra_errors(from_env, trust.ENV)
+    # a refused entry widens nothing, not even for the checks below (nothing outside the list is imported)
+    allowed = tuple(dict.fromkeys(e for e in (*from_files, *from_env) if not security.extra_errors([e])))
     sweep_cfg = sweep.parse(r)
     trainable_cfg = trainable.parse(r, allowed)
     r.errors += trainable.metric_errors(sweep_cfg.metric, trainable_cfg)

@@ -1,5 +1,9 @@
 """Hydra composition: argv overrides -> a plain, resolved dict. The only module that imports Hydra.
 
+Config files come from the conf directory only: an override may not set ``hydra.*`` (``hydra.searchpath``
+would add another folder) nor ``security.*`` (the allowlist comes from trusted places, see
+:mod:`sweeps.config.trust`).
+
 Hydra errors are turned into :class:`~sweeps.errors.BadInput` messages that name the key, list the valid
 options, and suggest the closest key for a typo.
 """
@@ -86,9 +90,9 @@ def _explain(exc: Exception, overrides: Sequence[str]) -> BadInput:
 
 def compose_config(overrides: Sequence[str]) -> Any:
     """Compose ``conf/`` with Hydra overrides; returns the (unresolved) DictConfig."""
-    from sweeps.config import limits
+    from sweeps.config import limits, trust
 
-    too_big = limits.override_errors(overrides)
+    too_big = limits.override_errors(overrides) + trust.override_errors(overrides, str(paths.conf_dir()))
     if too_big:
         raise BadInput(*too_big)
     bad = [o for o in overrides if "=" not in o and not o.startswith("~")]
@@ -129,10 +133,12 @@ def to_plain(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from sweeps.config import limits, redaction
+    from sweeps.config import limits, redaction, trust
 
     unresolved = OmegaConf.to_container(cfg, resolve=False)
     too_big = limits.interpolation_errors(unresolved)
+    if not too_big and isinstance(unresolved, dict):
+        too_big = trust.interpolation_errors(unresolved)
     if too_big:
         raise BadInput(*too_big)
     redaction.remember(redaction.env_secrets(unresolved))

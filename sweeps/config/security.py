@@ -5,19 +5,20 @@ Every ``_target_`` (in mappings, lists, ``_args_``, at any depth) and every dott
 string is checked against the allowed packages before anything is imported, then each module on the way and
 the final object's defining module. Hydra's reserved keys (``_partial_``, ``_recursive_``, ``_convert_``,
 ``_args_``) must have their documented types, and look-alike keys (``_target``, ``__target__``) are refused.
-``security.allowed_targets`` may add packages, but never the standard library.
+``security.allowed_targets`` (from files under the conf directory) and ``$SWEEPS_ALLOWED_TARGETS`` may add
+packages, but never one that loads or runs code (:mod:`sweeps.config.trust`).
 
 Redaction lives in :mod:`sweeps.config.redaction` (re-exported here for older callers).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from sweeps.config.redaction import REDACTED, is_secret_key, redact, scrub  # noqa: F401
 from sweeps.config.targets import CONVERT, DOTTED, TargetRefused, resolve
+from sweeps.config.trust import refused
 
 # What the bundled configs need, and no more: not all of `sweeps` (its ops write crontabs), not all of
 # `optuna` (its storages open databases and files anywhere), not all of `ray.tune`.
@@ -33,8 +34,6 @@ ALLOWED_TARGET_PREFIXES: tuple[str, ...] = (
     "torch.optim",
 )
 HYDRA_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
-STDLIB = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
-WHOLE = ("ray", "torch", "hydra", "omegaconf", "sweeps.cli", "sweeps.ops")  # never allowed as a whole
 
 
 def iter_targets(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -81,16 +80,16 @@ def _reserved_value(name: str, value: Any, key: str) -> list[str]:
     return []
 
 
-def extra_errors(extra: Iterable[Any]) -> list[str]:
-    """``security.allowed_targets`` entries must be package names, and never the standard library."""
+def extra_errors(extra: Iterable[Any], key: str = "security.allowed_targets") -> list[str]:
+    """Allowlist additions must be package names, and never one that loads or runs code (``trust.NEVER``)."""
     errors = []
     for i, e in enumerate(extra):
-        key = f"security.allowed_targets[{i}]"
+        where = f"{key}[{i}]"
         if not isinstance(e, str) or not DOTTED.match(e):
-            errors.append(f"{key}: {e!r} is not a package name like mypkg or mypkg.search")
-        elif e.split(".")[0] in STDLIB or e in WHOLE:
-            errors.append(f"{key}: {e!r} may not be allowed (the standard library, builtins, and the whole of "
-                          f"ray/torch/hydra can run arbitrary code); name your own package, e.g. mypkg.search")
+            errors.append(f"{where}: {e!r} is not a package name like mypkg or mypkg.search")
+        elif why := refused(e):
+            errors.append(f"{where}: {e!r} may never be allowed ({why}); name your own package, e.g. "
+                          f"mypkg.search")
     return errors
 
 

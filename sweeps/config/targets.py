@@ -4,8 +4,10 @@ A dotted path is walked the way Hydra's ``_locate`` walks it (import the first p
 next part, importing ``a.b.c`` as a module only when ``a.b`` has no attribute ``c``), so what is checked is
 what would run. :func:`resolve` checks the path string against the allowed packages *before* importing
 anything, then checks every object met on the way: a module must be inside an allowed package (or be a
-parent package of one, under its own name), and the final object's defining module must be inside one too.
-So ``sweeps.ops.run.os.system`` (the ``os`` module reached through an allowed one) is refused.
+parent package of one, under its own name), and the final object's defining module must be inside one too,
+and never inside a package whose members load or run code (:data:`sweeps.config.trust.NEVER`), whatever the
+allowed packages say. So ``trainables.common.os.system`` (the ``os`` module reached through an allowed one)
+is refused, and so is ``sweeps.ops.run.os.system`` even where ``sweeps.ops`` were allowed.
 
 :func:`build` instantiates a ``_target_`` node with the same resolver (no Hydra, no re-resolution of
 ``${...}`` in values): what was checked is exactly what is called.
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
+from sweeps.config.trust import never
 from sweeps.errors import BadInput
 
 RESERVED = {"_target_", "name", "_partial_", "_convert_", "_recursive_", "_args_"}
@@ -116,7 +119,25 @@ def resolve(path: Any, allowed: Iterable[str]) -> Any:
                                 f"the allowed packages ({', '.join(prefixes)})")
         if m < len(parts):
             obj = _step(obj, parts, m)
+    for where in _origins(obj):
+        why = never(where)
+        if why:
+            raise TargetRefused(f"{path!r} is defined in {where!r}, which may never be a target ({why})")
     return obj
+
+
+def _origins(obj: Any) -> list[str]:
+    """Where ``obj`` says it is defined, and for a function where its code really lives (numpy and pandas set
+    ``__module__`` to the package: ``pandas.read_pickle`` says ``pandas`` but lives in ``pandas.io.pickle``)."""
+    out = [_module_of(obj)]
+    try:
+        inner = inspect.unwrap(obj)
+    except ValueError:  # a __wrapped__ cycle
+        inner = obj
+    for o in (obj, inner):
+        module = (getattr(o, "__globals__", None) or {}).get("__name__")
+        out += [m for m in (module, _module_of(o)) if isinstance(m, str) and m not in out]
+    return out
 
 
 def locate(path: str) -> Any:

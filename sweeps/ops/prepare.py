@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from sweeps import store
-from sweeps.config import compose, redaction, security
+from sweeps.config import compose, redaction, security, trust
 from sweeps.config.build import build_spec
 from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
@@ -39,7 +39,7 @@ def dry_run(spec: SweepSpec) -> str:
         "contract       : (read from the loop's source)",
         *(f"  {line}" for line in describe(spec.trainable)),
         f"targets allowed: {', '.join(security.ALLOWED_TARGET_PREFIXES)}",
-        f"  added by security.allowed_targets: {', '.join(spec.allowed_targets) or '(none)'}",
+        f"  added by security.allowed_targets and ${trust.ENV}: {', '.join(spec.allowed_targets) or '(none)'}",
         "search space   :",
         *(f"  {k}: {json.dumps(v)}" for k, v in spec.space.items()),
         "plan           :",

@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from sweeps import uris
-from sweeps.config import security
+from sweeps.config import security, trust
 from sweeps.config.targets import TargetRefused, resolve
 from sweeps.errors import BadInput
 
@@ -39,12 +39,14 @@ def hook(rec: Any) -> tuple[str, str]:
 
 
 def _allowed(rec: Any) -> tuple[str, ...]:
-    """The allowlist the sweep ran under (its extras re-checked: the index record is only a file)."""
+    """The allowlist the sweep's conf files gave (re-checked: the index record is only a file), plus what
+    ``$SWEEPS_ALLOWED_TARGETS`` adds now: the same two trusted sources a sweep reads."""
     extra = ((rec.config or {}).get("security") or {}).get("allowed_targets") or []
-    errors = security.extra_errors(extra)
+    env = trust.env_targets()
+    errors = security.extra_errors(extra) + security.extra_errors(env, trust.ENV)
     if errors:
         raise BadInput(*errors)
-    return security.prefixes(extra)
+    return security.prefixes([*extra, *env])
 
 
 def _builder_loader(build: Any) -> Any:
