@@ -58,6 +58,19 @@ def test_the_walk_refuses_code_from_a_never_package_even_when_its_package_is_all
         targets.resolve(path, (allowed,))
 
 
+def test_the_walk_reads_where_a_function_really_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy and pandas set `__module__` to the package; a function claiming an allowed module while its code lives
+    in `pickle` is refused by where its globals come from."""
+    pkg = tmp_path / "mypkg_lie"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import pickle, types\n"
+                                     "loads = types.FunctionType(pickle._loads.__code__, pickle._loads.__globals__)\n"
+                                     "loads.__module__ = __name__\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(targets.TargetRefused, match=r"is defined in 'pickle', which may never be a target"):
+        targets.resolve("mypkg_lie.loads", ("mypkg_lie",))
+
+
 def test_string_check_comes_before_any_import() -> None:
     before = set(sys.modules)
     assert security.check_targets({"s": {"_target_": "antigravity.fly"}})
