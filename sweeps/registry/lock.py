@@ -81,14 +81,20 @@ def _create(c: Any, name: str, token: str) -> bool:
     return held is not None and held.get(TAG_TOKEN) == token
 
 
-def _stale(tags: dict[str, str], now: float) -> bool:
-    """Whether the recorded holder is gone: expired, or (on this host) its process has exited."""
-    host, pid = lease.parse_driver(tags.get(TAG_HOLDER, ""))
+def _expires(tags: dict[str, str]) -> float:
     try:
-        expires: float | None = float(tags[TAG_EXPIRES])
+        return float(tags[TAG_EXPIRES])
     except (KeyError, ValueError):
-        expires = 0.0  # a lock without a readable expiry cannot be vouched for
-    return not lease.owner_alive(host, pid, expires, now)
+        return 0.0  # a lock without a readable expiry cannot be vouched for
+
+
+def _holder(tags: dict[str, str]) -> lease.Holder:
+    return lease.Holder.parse(tags.get(TAG_HOLDER, ""))
+
+
+def _stale(tags: dict[str, str], now: float) -> bool:
+    """Whether the recorded holder is gone: expired, or provably dead in this pid namespace."""
+    return not lease.alive(_holder(tags), _expires(tags), now)
 
 
 def _take_over(c: Any, name: str, stale: dict[str, str]) -> None:
@@ -101,7 +107,7 @@ def _take_over(c: Any, name: str, stale: dict[str, str]) -> None:
     try:
         now = _tags(c, name)
         if now is not None and now.get(TAG_TOKEN) == stale.get(TAG_TOKEN):
-            log.warning("promotion lock %s: holder %s is gone; taking over", name, stale.get(TAG_HOLDER))
+            log.warning("promotion lock %s: holder %s is gone; taking over", name, _holder(stale).label())
             c.delete_registered_model(name)
     finally:
         try:
@@ -138,7 +144,7 @@ def acquire(c: Any, name: str, alias: str, wait_s: float = WAIT_S) -> PromotionL
         if tags is not None and _stale(tags, time.time()):
             _take_over(c, lock, tags)
             continue
-        holder = (tags or {}).get(TAG_HOLDER, "?")
+        holder = _holder(tags).label() if tags is not None else "?"
         if time.monotonic() - start > wait_s:
             raise GateRefused(f"promote: {name}@{alias} is being promoted by {holder} (lock {lock}); waited "
                               f"{wait_s:.0f} s. Try again later, or delete the registered model {lock} if no "
