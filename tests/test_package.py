@@ -217,6 +217,22 @@ def test_a_host_pid_holder_without_proof_waits_for_its_expiry(client: Any) -> No
         client.delete_registered_model("m@champion.promote-lock")
 
 
+def test_release_and_check_go_by_the_token_and_leave_a_lock_about_to_expire(client: Any) -> None:
+    held = lock.acquire(client, "m", "champion", wait_s=5)
+    name = "m@champion.promote-lock"
+    client.set_registered_model_tag(name, lock.TAG_TOKEN, "successor")  # taken over: same host, same pid
+    with pytest.raises(GateRefused, match="expired or was taken over"):
+        held.check()
+    lock.release(held)
+    assert client.get_registered_model(name).tags[lock.TAG_TOKEN] == "successor"  # not ours: not deleted
+    client.set_registered_model_tag(name, lock.TAG_TOKEN, held.token)
+    client.set_registered_model_tag(name, lock.TAG_EXPIRES, f"{time.time() + lock.margin_s() / 2:.3f}")
+    with pytest.raises(GateRefused, match="expired or was taken over"):
+        held.check()  # too little time left to move the alias safely
+    lock.release(held)
+    assert client.get_registered_model(name)  # left to expire: a delete now could hit a successor's lock
+
+
 def test_an_expired_lock_from_another_host_is_taken_over(client: Any) -> None:
     client.create_registered_model("m@champion.promote-lock", tags={
         lock.TAG_HOLDER: "elsewhere:1", lock.TAG_TOKEN: "old", lock.TAG_EXPIRES: f"{time.time() - 1:.3f}"})
