@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps import paths
+from sweeps import lease, paths
 from sweeps.errors import BadInput
 
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,200}$")  # sweep ids name files: no path separators
@@ -48,19 +48,24 @@ class SweepRecord:
     previous_sweep_id: str | None = None
     driver_pid: int | None = None
     slots: int | None = None
-    driver_host: str | None = None  # with driver_pid and lease_expires: who runs the sweep (sweeps.lease)
+    driver_host: str | None = None  # with driver_pid, driver_token, driver_proc: who runs it (sweeps.lease)
     lease_expires: float | None = None
     stop_reason: str | None = None  # "time_budget" / "resource_budget" when a budget ended the sweep
     hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
     confirm_dirs: list[str] = field(default_factory=list)  # the Tune experiments of `sweeps confirm`
     confirmed: list[dict[str, Any]] = field(default_factory=list)  # each configuration's interval, best first
     pareto: list[dict[str, Any]] = field(default_factory=list)  # multi-objective: every trial's point and rank
+    driver_token: str = ""  # the driver's random token (empty in records of older versions)
+    driver_proc: str = ""  # where driver_pid means something (sweeps.lease.Holder.proc)
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""
-        from sweeps.lease import owner_alive
+        return self.status == "running" and lease.owner_alive(self.driver, self.lease_expires)
 
-        return self.status == "running" and owner_alive(self.driver_host, self.driver_pid, self.lease_expires)
+    @property
+    def driver(self) -> lease.Holder:
+        """The driver as a :class:`sweeps.lease.Holder`."""
+        return lease.Holder(self.driver_host or "", self.driver_pid, self.driver_token, self.driver_proc)
 
     @property
     def experiment_dir(self) -> str:

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,18 @@ def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "cond
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def dead_holder() -> Any:
+    """A :class:`sweeps.lease.Holder` of a process of this pid namespace that has exited (its proc recorded)."""
+    from sweeps import lease
+
+    proc = subprocess.Popen(["sleep", "60"])
+    holder = lease.Holder(lease.host(), proc.pid, "dead" + "0" * 28, lease.proc_of(proc.pid))
+    proc.kill()
+    proc.wait()
+    assert holder.proc, "this machine's /proc cannot vouch for its pids"
+    return holder
 
 
 def mlflow_client(uri: str):  # noqa: ANN201 - test helper

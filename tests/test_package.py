@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import _template_store
+from conftest import _template_store, dead_holder
 
 from sweeps import lease
 from sweeps.errors import BadInput, GateRefused
@@ -193,18 +193,44 @@ def test_the_lock_admits_one_holder_and_names_it_to_the_next(client: Any) -> Non
     assert not [m for m in client.search_registered_models() if lock.is_lock(m.name)]
 
 
-def test_a_lock_whose_holder_died_is_taken_over(client: Any) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+def test_a_lock_whose_holder_died_in_this_pid_namespace_is_taken_over_at_once(client: Any) -> None:
+    dead = dead_holder()
     client.create_registered_model("m@champion.promote-lock", tags={
-        lock.TAG_HOLDER: f"{lease.host()}:{dead.pid}", lock.TAG_TOKEN: "stale",
-        lock.TAG_EXPIRES: f"{time.time() + 600:.3f}"})
+        lock.TAG_HOLDER: dead.text(), lock.TAG_TOKEN: "stale", lock.TAG_EXPIRES: f"{time.time() + 600:.3f}"})
     held = lock.acquire(client, "m", "champion", wait_s=5)
     assert held.token != "stale"
     held.check()
     lock.release(held)
     names = [m.name for m in client.search_registered_models()]
     assert not [n for n in names if "promote-lock" in n], names  # the takeover marker is gone too
+
+
+def test_a_host_pid_holder_without_proof_waits_for_its_expiry(client: Any) -> None:
+    """A bare ``host:pid`` (older versions), or a pid of another namespace, proves nothing: the lease decides."""
+    dead = dead_holder()
+    other_ns = lease.Holder(dead.host, dead.pid, "t" * 32, "other-boot/1/1")
+    for holder in (dead.label(), other_ns.text(), f"{lease.host()}:{os.getpid()}"):
+        client.create_registered_model("m@champion.promote-lock", tags={
+            lock.TAG_HOLDER: holder, lock.TAG_TOKEN: "live", lock.TAG_EXPIRES: f"{time.time() + 60:.3f}"})
+        with pytest.raises(GateRefused, match="is being promoted by"):
+            lock.acquire(client, "m", "champion", wait_s=0.3)
+        client.delete_registered_model("m@champion.promote-lock")
+
+
+def test_release_and_check_go_by_the_token_and_leave_a_lock_about_to_expire(client: Any) -> None:
+    held = lock.acquire(client, "m", "champion", wait_s=5)
+    name = "m@champion.promote-lock"
+    client.set_registered_model_tag(name, lock.TAG_TOKEN, "successor")  # taken over: same host, same pid
+    with pytest.raises(GateRefused, match="expired or was taken over"):
+        held.check()
+    lock.release(held)
+    assert client.get_registered_model(name).tags[lock.TAG_TOKEN] == "successor"  # not ours: not deleted
+    client.set_registered_model_tag(name, lock.TAG_TOKEN, held.token)
+    client.set_registered_model_tag(name, lock.TAG_EXPIRES, f"{time.time() + lock.margin_s() / 2:.3f}")
+    with pytest.raises(GateRefused, match="expired or was taken over"):
+        held.check()  # too little time left to move the alias safely
+    lock.release(held)
+    assert client.get_registered_model(name)  # left to expire: a delete now could hit a successor's lock
 
 
 def test_an_expired_lock_from_another_host_is_taken_over(client: Any) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from conftest import dead_holder
 
 from sweeps.errors import BadInput, Regressed
 from sweeps.ops import cron, nightly, schedule, units, warmstart
@@ -308,11 +309,11 @@ def test_a_held_lock_makes_a_second_run_exit_5_naming_the_holder(sweeps_env: Any
 def test_a_stale_lock_of_a_dead_process_is_taken_over(sweeps_env: Any) -> None:
     # The run takes the lock, then fails fast on a bad experiment: proof it got past the lock, in a second.
     schedule.save_entry(entry("nightly", ["+experiment=no_such_experiment"], sweeps_env.root))
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead = dead_holder()
     lock = schedule.locks_dir() / "nightly.lock"
     lock.parent.mkdir(parents=True)
-    stale = {"pid": dead.pid, "host": socket.gethostname(), "started": time.time() - 3600}
+    stale = {"pid": dead.pid, "host": dead.host, "token": dead.token, "proc": dead.proc,
+             "started": time.time() - 3600}
     lock.write_text(json.dumps(stale))
     proc = sweeps_env.run("schedule", "run", "nightly", timeout=120)
     assert proc.returncode == 2, proc.stderr

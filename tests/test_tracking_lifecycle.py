@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from conftest import mlflow_client
 
+from sweeps import lease
 from sweeps.tracking import callback
 from sweeps.tracking import client as tracking
 
@@ -40,7 +41,7 @@ def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> Non
     uri, t, trial = _started(tmp_path, "a_00000")
     run = mlflow_client(uri).get_run(t.runs["a_00000"])
     assert run.info.status == "RUNNING"
-    assert run.data.tags[tracking.TAG_DRIVER] == tracking.driver_id()
+    assert run.data.tags[tracking.TAG_DRIVER] == lease.driver_id()
     assert run.data.params == {"epochs": "2", "lr": "0.01"}
     for epoch in (1, 2):
         trial.last_result = {"val/acc": 0.5 * epoch, "epoch": epoch, "training_iteration": epoch}
@@ -64,7 +65,7 @@ def test_restored_tracker_reopens_runs_a_dead_driver_left_killed(tmp_path: Path)
     run = mlflow_client(uri).get_run(run_id)
     assert restored.runs["b_00000"] == run_id  # the same run, not a duplicate
     assert run.info.status == "RUNNING"
-    assert run.data.tags[tracking.TAG_DRIVER] == tracking.driver_id()
+    assert run.data.tags[tracking.TAG_DRIVER] == lease.driver_id()
 
 
 class _LostResponse:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, mlflow_client
+from conftest import REPO, dead_holder, mlflow_client
 
-from sweeps import store
+from sweeps import lease, store
 from sweeps.cli.main import main
 from sweeps.errors import BadInput
 
@@ -81,6 +81,7 @@ def _record(sweeps_env: Any, **fields: Any) -> store.SweepRecord:
     overrides = ["+experiment=quickstart"]
     spec = prepare(overrides)
     rec = new_record(spec, "quickstart-20260101-000000-abcd", overrides, "0", "", 2, None, None)
+    rec.driver_token, rec.driver_proc = "e" * 32, ""  # another process's record, pid space unknown
     for k, v in fields.items():
         setattr(rec, k, v)
     store.save(rec)
@@ -99,13 +100,24 @@ def test_a_sweep_whose_driver_holds_a_live_lease_elsewhere_is_refused(sweeps_env
         call()
 
 
+def test_a_driver_with_our_hostname_and_pid_in_another_namespace_is_not_us(sweeps_env: Any) -> None:
+    """Two containers named alike, pids alike: the record's token and pid namespace tell them apart."""
+    from sweeps.ops import resume
+
+    rec = _record(sweeps_env, status="running", driver_host=lease.host(), driver_pid=os.getpid(),
+                  driver_token="f" * 32, driver_proc="00000000-0000-0000-0000-000000000000/4026532999/1",
+                  lease_expires=time.time() + 60)
+    with pytest.raises(BadInput, match=f"still running .*driver pid {os.getpid()}"):
+        resume.resume(rec.sweep_id)
+
+
 def test_an_expired_lease_or_a_dead_local_pid_frees_the_sweep(sweeps_env: Any) -> None:
     from sweeps.ops import resume
 
-    gone = subprocess.Popen(["true"])
-    gone.wait()
+    gone = dead_holder()  # a driver of this pid namespace whose process has exited: free before its lease ends
     for fields in ({"driver_host": "another-host", "driver_pid": 4242, "lease_expires": time.time() - 1},
-                   {"driver_host": None, "driver_pid": gone.pid, "lease_expires": time.time() + 60}):
+                   {"driver_host": gone.host, "driver_pid": gone.pid, "driver_token": gone.token,
+                    "driver_proc": gone.proc, "lease_expires": time.time() + 60}):
         rec = _record(sweeps_env, status="running", **fields)
         assert not rec.owner_alive()
         with pytest.raises(BadInput, match="no resumable Tune state"):  # past the lease check

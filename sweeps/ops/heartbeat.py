@@ -1,14 +1,14 @@
 """The driver's lease on its sweep: renewed on a helper thread while the sweep runs, on every host's view.
 
-The lease lives in the sweep's index record (``driver_host``, ``driver_pid``, ``lease_expires``) and on its
-MLflow parent run (tag ``sweeps.lease_expires``), so ``resume``, ``extend`` and ``sync`` on any host refuse a
-sweep whose driver is alive, and stale runs are closed from any host once the lease has expired.
+The lease lives in the sweep's index record (``driver_host``, ``driver_pid``, ``driver_token``, ``driver_proc``,
+``lease_expires``) and on its MLflow parent run (tag ``sweeps.lease_expires``), so ``resume``, ``extend`` and
+``sync`` on any host refuse a sweep whose driver is alive, and stale runs are closed from any host once the
+lease has expired (:mod:`sweeps.lease`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
@@ -28,10 +28,16 @@ def refuse_if_live(rec: store.SweepRecord, action: str = "resume") -> None:
                        f"with it: wait for it to end, or stop it with Ctrl-C / SIGTERM first")
 
 
+def driver_fields() -> dict[str, Any]:
+    """The index record's fields that name this process as the sweep's driver, with a fresh lease."""
+    me = lease.me()
+    return {"driver_host": me.host, "driver_pid": me.pid, "driver_token": me.token, "driver_proc": me.proc,
+            "lease_expires": lease.expiry()}
+
+
 def claim(sweep_id: str, **changes: Any) -> store.SweepRecord:
     """Take the sweep for this process (and apply ``changes`` in the same write)."""
-    return store.update(sweep_id, driver_host=lease.host(), driver_pid=os.getpid(), lease_expires=lease.expiry(),
-                        **changes)
+    return store.update(sweep_id, **driver_fields(), **changes)
 
 
 class Heartbeat:

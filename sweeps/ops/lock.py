@@ -1,4 +1,9 @@
-"""The schedule lock: one run of a schedule at a time, across processes (an ``flock`` with its holder)."""
+"""The schedule lock: one run of a schedule at a time, across processes (an ``flock`` with its holder).
+
+The kernel's ``flock`` is the lock; the JSON in the file only names the holder for messages. Whether a stale
+holder's process is gone is said only when :func:`sweeps.lease.running` can prove it (same pid namespace,
+same process start time): a pid alone says nothing across containers that share a hostname.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,13 @@ import fcntl
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sweeps import lease
 from sweeps.errors import Locked
-from sweeps.lease import pid_alive
 from sweeps.ops import schedule
 
 log = logging.getLogger(__name__)
@@ -37,12 +41,20 @@ def _read_holder(fd: int) -> dict[str, Any]:
         return {}
 
 
+def _gone(info: dict[str, Any]) -> bool:
+    """Whether the recorded holder's process provably exited (False when this process cannot tell)."""
+    pid = info.get("pid")
+    holder = lease.Holder(str(info.get("host", "")), pid if isinstance(pid, int) else None,
+                          str(info.get("token", "")), str(info.get("proc", "")))
+    return lease.running(holder) is False
+
+
 @contextmanager
 def schedule_lock(name: str) -> Iterator[dict[str, Any]]:
     """Hold ``$SWEEPS_HOME/locks/<name>.lock`` (an ``flock``) while the body runs.
 
-    The file holds JSON about the holder (pid, host, start time). The kernel drops an ``flock`` when its
-    process dies, so a lock file left by a dead process is simply taken over (and said so).
+    The file holds JSON about the holder (pid, host, token, proc, start time). The kernel drops an ``flock``
+    when its process dies, so a lock file left by a dead process is simply taken over (and said so).
 
     Raises:
         Locked: another live process holds it; the message names its pid and start time.
@@ -64,10 +76,11 @@ def schedule_lock(name: str) -> Iterator[dict[str, Any]]:
                          f"{path}); this run exits without starting a sweep") from None
         old = _read_holder(fd)
         if old.get("pid"):
-            gone = not pid_alive(int(old["pid"])) if old.get("host") == socket.gethostname() else True
             log.warning("schedule %s: taking over a stale lock left by %s (%s)", name, _holder_text(old),
-                        "process is gone" if gone else "it no longer holds the lock")
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "schedule": name}
+                        "process is gone" if _gone(old) else "it no longer holds the lock")
+        me = lease.me()
+        info = {"pid": me.pid, "host": me.host, "token": me.token, "proc": me.proc, "started": time.time(),
+                "schedule": name}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         os.fsync(fd)

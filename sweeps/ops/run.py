@@ -7,18 +7,17 @@ has been validated and the plan fits (:mod:`sweeps.ops.prepare`, :mod:`sweeps.op
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps import lease, store, uris
+from sweeps import store, uris
 from sweeps.config import redaction
 from sweeps.config.spec import SweepSpec
 from sweeps.execution import raystart
-from sweeps.ops.heartbeat import Heartbeat
+from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
 from sweeps.reports import summary
@@ -65,8 +64,7 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
         tracking_uri=spec.tracking.uri, mlflow_experiment_id=exp_id, parent_run_id=parent,
         overrides=redaction.redact_overrides(overrides), config=spec.redacted(), digest=spec.digest(),
         metric=spec.sweep.metric, mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
-        schedule=schedule, previous_sweep_id=previous, driver_pid=os.getpid(), slots=slots,
-        driver_host=lease.host(), lease_expires=lease.expiry(),
+        schedule=schedule, previous_sweep_id=previous, slots=slots, **driver_fields(),
     )
 
 

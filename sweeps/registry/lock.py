@@ -4,18 +4,26 @@ The MLflow registry has one atomic primitive: ``create_registered_model(NAME)`` 
 (the name is the key of the backing database table; every other caller gets ``RESOURCE_ALREADY_EXISTS``), on
 the embedded SQLite store and through ``mlflow server`` alike. The lock is such a model,
 ``<model>@<alias>.promote-lock`` (``@`` cannot appear in a name ``sweeps`` registers), created with tags that
-record its holder (``host:pid``, a random token, an expiry) in the same call, and deleted on release.
+record its holder in the same call: a random token of this acquisition, the holding process
+(:class:`sweeps.lease.Holder`: ``host:pid token=.. proc=..``) and an expiry. It is deleted on release.
 
+- Ownership is the token, at every step: never host and pid (containers share hostnames, pids repeat).
 - A create whose reply was lost (the client retried) is recognised by its own token.
-- A lock whose holder is gone (its pid on this host, or its expiry from anywhere) is taken over through a
-  second atomic create, a marker named after the stale token: only the marker's creator deletes the stale
-  lock, so two waiters never delete each other's fresh one.
-- ``check()`` re-reads the lock before the irreversible write (the alias move): still ours, else LockLost.
+- A lock whose holder is gone (expired; or provably dead in this pid namespace, :func:`sweeps.lease.alive`)
+  is taken over through a second atomic create, a marker named after the stale token: only the marker's
+  creator deletes the stale lock, so two waiters never delete each other's fresh one.
+- ``check()`` re-reads the lock before the irreversible write (the alias move): still our token with at least
+  ``margin_s()`` left before it expires, else LockLost. While we live, nobody may take it over before it
+  expires, so the move is safe unless it stalls for longer than the margin (or clocks differ by more).
+- ``release()`` re-reads the lock and deletes it only when the token is ours and the margin is left; a lock
+  that is about to expire is left to expire (a waiter takes it over). The registry has no compare-and-delete:
+  the delete could still remove a successor's lock if it followed the re-read by more than the margin.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 import uuid
@@ -29,10 +37,11 @@ from sweeps.errors import GateRefused
 log = logging.getLogger(__name__)
 
 SUFFIX = ".promote-lock"
-TAG_HOLDER = "sweeps.lock.holder"  # host:pid
-TAG_TOKEN = "sweeps.lock.token"
+TAG_HOLDER = "sweeps.lock.holder"  # the holding process: host:pid token=.. proc=.. (sweeps.lease.Holder)
+TAG_TOKEN = "sweeps.lock.token"  # this acquisition's random token: what makes the lock ours
 TAG_EXPIRES = "sweeps.lock.expires_at"  # epoch seconds
 TTL_S = 600.0  # a holder's critical section (gate, log the model, register, alias) takes seconds
+TTL_ENV = "SWEEPS_TEST_LOCK_TTL_S"  # tests only: a shorter TTL_S, so a takeover after expiry fits in a test
 WAIT_S = 180.0
 
 
@@ -47,6 +56,16 @@ def lock_name(name: str, alias: str) -> str:
 def is_lock(name: str) -> bool:
     """A lock or a takeover marker: registry entries that are no model."""
     return "@" in name and (name.endswith(SUFFIX) or f"{SUFFIX}.steal-" in name)
+
+
+def ttl_s() -> float:
+    """How long a lock holds (``TTL_S``; tests shorten it through ``SWEEPS_TEST_LOCK_TTL_S``)."""
+    return float(os.environ.get(TTL_ENV) or TTL_S)
+
+
+def margin_s() -> float:
+    """Time that must be left on the lock for an irreversible step (the alias move, the delete)."""
+    return ttl_s() / 10
 
 
 def _code(exc: Exception) -> str:
@@ -69,7 +88,7 @@ def _create(c: Any, name: str, token: str) -> bool:
     """One atomic attempt: True when this call created the lock (or an earlier, retried call of ours did)."""
     from mlflow.exceptions import MlflowException
 
-    tags = {TAG_HOLDER: lease.driver_id(), TAG_TOKEN: token, TAG_EXPIRES: f"{time.time() + TTL_S:.3f}"}
+    tags = {TAG_HOLDER: lease.driver_id(), TAG_TOKEN: token, TAG_EXPIRES: f"{time.time() + ttl_s():.3f}"}
     try:
         c.create_registered_model(name, tags=tags, description="sweeps promotion lock: held while a promote "
                                   "moves this alias; deleted when it ends")
@@ -81,14 +100,20 @@ def _create(c: Any, name: str, token: str) -> bool:
     return held is not None and held.get(TAG_TOKEN) == token
 
 
-def _stale(tags: dict[str, str], now: float) -> bool:
-    """Whether the recorded holder is gone: expired, or (on this host) its process has exited."""
-    host, pid = lease.parse_driver(tags.get(TAG_HOLDER, ""))
+def _expires(tags: dict[str, str]) -> float:
     try:
-        expires: float | None = float(tags[TAG_EXPIRES])
+        return float(tags[TAG_EXPIRES])
     except (KeyError, ValueError):
-        expires = 0.0  # a lock without a readable expiry cannot be vouched for
-    return not lease.owner_alive(host, pid, expires, now)
+        return 0.0  # a lock without a readable expiry cannot be vouched for
+
+
+def _holder(tags: dict[str, str]) -> lease.Holder:
+    return lease.Holder.parse(tags.get(TAG_HOLDER, ""))
+
+
+def _stale(tags: dict[str, str], now: float) -> bool:
+    """Whether the recorded holder is gone: expired, or provably dead in this pid namespace."""
+    return not lease.alive(_holder(tags), _expires(tags), now)
 
 
 def _take_over(c: Any, name: str, stale: dict[str, str]) -> None:
@@ -101,7 +126,7 @@ def _take_over(c: Any, name: str, stale: dict[str, str]) -> None:
     try:
         now = _tags(c, name)
         if now is not None and now.get(TAG_TOKEN) == stale.get(TAG_TOKEN):
-            log.warning("promotion lock %s: holder %s is gone; taking over", name, stale.get(TAG_HOLDER))
+            log.warning("promotion lock %s: holder %s is gone; taking over", name, _holder(stale).label())
             c.delete_registered_model(name)
     finally:
         try:
@@ -118,8 +143,9 @@ class PromotionLock:
         self.waited_s = 0.0
 
     def check(self) -> None:
+        """LockLost unless the lock is still ours (its token) with ``margin_s()`` left before it expires."""
         tags = _tags(self.c, self.name)
-        if tags is None or tags.get(TAG_TOKEN) != self.token or float(tags.get(TAG_EXPIRES, 0)) < time.time():
+        if tags is None or tags.get(TAG_TOKEN) != self.token or _expires(tags) - time.time() < margin_s():
             raise LockLost(f"promote: the promotion lock {self.name} expired or was taken over while this "
                            f"promotion held it; the alias was not moved")
 
@@ -138,7 +164,7 @@ def acquire(c: Any, name: str, alias: str, wait_s: float = WAIT_S) -> PromotionL
         if tags is not None and _stale(tags, time.time()):
             _take_over(c, lock, tags)
             continue
-        holder = (tags or {}).get(TAG_HOLDER, "?")
+        holder = _holder(tags).label() if tags is not None else "?"
         if time.monotonic() - start > wait_s:
             raise GateRefused(f"promote: {name}@{alias} is being promoted by {holder} (lock {lock}); waited "
                               f"{wait_s:.0f} s. Try again later, or delete the registered model {lock} if no "
@@ -150,12 +176,22 @@ def acquire(c: Any, name: str, alias: str, wait_s: float = WAIT_S) -> PromotionL
 
 
 def release(held: PromotionLock) -> None:
-    """Delete the lock if it is still ours (a taken-over lock belongs to someone else now)."""
+    """Delete the lock if it is still ours (by token) and not about to expire; else leave it alone.
+
+    A taken-over lock belongs to someone else now. One about to expire is left to expire: deleting it could
+    race with a waiter's takeover and remove the next holder's lock.
+    """
     from mlflow.exceptions import MlflowException
 
     try:
         tags = _tags(held.c, held.name)
-        if tags is not None and tags.get(TAG_TOKEN) == held.token:
+        if tags is None or tags.get(TAG_TOKEN) != held.token:
+            log.warning("promotion lock %s: no longer ours at release (expired and taken over); left alone",
+                        held.name)
+        elif _expires(tags) - time.time() < margin_s():
+            log.warning("promotion lock %s: expires in under %.0f s; left to expire rather than deleted",
+                        held.name, margin_s())
+        else:
             held.c.delete_registered_model(held.name)
     except MlflowException as exc:
         log.warning("promotion lock %s: could not release it (%s); it expires on its own", held.name, exc)

@@ -16,14 +16,14 @@ from typing import Any
 
 from sweeps.config import redaction
 from sweeps.errors import BadInput
-from sweeps.lease import driver_id, owner_alive, parse_driver
+from sweeps.lease import Holder, alive
 
 log = logging.getLogger(__name__)
 
 TAG_SWEEP = "sweeps.sweep_id"
 TAG_TRIAL = "sweeps.trial_id"
 TAG_KIND = "sweeps.kind"  # "sweep" or "trial"
-TAG_DRIVER = "sweeps.driver"  # host:pid of the process that owns the open run
+TAG_DRIVER = "sweeps.driver"  # the process that owns the open run: host:pid token=.. proc=.. (sweeps.lease)
 TAG_DIGEST = "sweeps.config_digest"  # on a trial run: its configuration (seed aside), for grouping in the UI
 TAG_CONFIRM = "sweeps.confirm"  # on a trial run of `sweeps confirm`
 TAG_LEASE = "sweeps.lease_expires"  # on a parent run: unix time until which its driver's claim holds
@@ -176,8 +176,9 @@ def find_runs(c: Any, experiment_ids: list[str], filter_string: str, max_results
 def close_stale_runs(c: Any, reason: str = "driver died") -> int:
     """Mark KILLED every sweeps run left RUNNING by a driver that is gone, from any host.
 
-    On this host a dead pid decides; for another host's driver, its sweep's lease (the parent run's
-    ``sweeps.lease_expires`` tag) must have expired. Called by ``run``, ``resume``, ``sync`` and ``report``,
+    The driver's lease (the parent run's ``sweeps.lease_expires`` tag) must have expired, unless the driver
+    provably ran in this pid namespace and its process is gone (:func:`sweeps.lease.alive`); this process's
+    own runs (its token) are never closed. Called by ``run``, ``resume``, ``sync`` and ``report``,
     so a SIGKILLed driver or a lost pod never leaves runs RUNNING.
     """
     from mlflow.entities import ViewType
@@ -189,8 +190,8 @@ def close_stale_runs(c: Any, reason: str = "driver died") -> int:
     parents = {r.info.run_id: r for r in runs if r.data.tags.get(TAG_KIND) == "sweep"}
     closed = 0
     for run in runs:
-        driver = run.data.tags.get(TAG_DRIVER, "")
-        if not driver or driver == driver_id() or _owner_alive(c, run, driver, parents):
+        driver = Holder.parse(run.data.tags.get(TAG_DRIVER, ""))
+        if not driver.host or driver.mine() or _driver_alive(c, run, driver, parents):
             continue
         c.set_tag(run.info.run_id, "sweeps.closed_reason", reason)
         c.set_terminated(run.info.run_id, status="KILLED")
@@ -200,8 +201,7 @@ def close_stale_runs(c: Any, reason: str = "driver died") -> int:
     return closed
 
 
-def _owner_alive(c: Any, run: Any, driver: str, parents: dict[str, Any]) -> bool:
-    owner_host, pid = parse_driver(driver)
+def _driver_alive(c: Any, run: Any, driver: Holder, parents: dict[str, Any]) -> bool:
     parent_id = run.info.run_id if run.data.tags.get(TAG_KIND) == "sweep" else run.data.tags.get(PARENT_TAG, "")
     parent = parents.get(parent_id)
     if parent is None and parent_id:
@@ -211,7 +211,7 @@ def _owner_alive(c: Any, run: Any, driver: str, parents: dict[str, Any]) -> bool
             parent = None
     tag = (parent.data.tags if parent is not None else run.data.tags).get(TAG_LEASE)
     expires = float(tag) if tag and tag.replace(".", "", 1).isdigit() else None
-    return owner_alive(owner_host, pid, expires)
+    return alive(driver, expires)
 
 
 def write_json_artifact(c: Any, run_id: str, name: str, data: Any) -> None:
