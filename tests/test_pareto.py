@@ -81,3 +81,22 @@ def test_a_multi_objective_sweep_builds_optuna_with_every_objective_and_the_cons
     assert type(searcher).__name__ == "ConstrainedOptunaSearch", "the constraints reach Optuna's trials"
     scheduler = build_scheduler(spec)
     assert (scheduler._metric, scheduler._mode) == ("val/acc", "max"), "ASHA stops trials on the primary"
+
+
+@pytest.mark.parametrize("sampler", ["NSGAIISampler", "NSGAIIISampler"])
+def test_a_genetic_samplers_searcher_pickles_as_tune_saves_it_and_still_suggests(sampler: str) -> None:
+    """Tune pickles the searcher into tuner.pkl and its state files; optuna 5.1's GA samplers hold a lock."""
+    import pickle
+
+    import ray.cloudpickle as cloudpickle
+
+    from sweeps.config import build, compose
+    from sweeps.execution.searchers import build_searcher, param_space
+
+    spec = build.build_spec(compose.compose(["+experiment=digits_pareto",
+                                             f"searcher.sampler._target_=optuna.samplers.{sampler}"]))
+    searcher = build_searcher(spec, 0)
+    for dumps, loads in ((cloudpickle.dumps, cloudpickle.loads), (pickle.dumps, pickle.loads)):
+        clone = loads(dumps(searcher))
+        clone.set_search_properties(None, None, param_space(spec))
+        assert set(clone.suggest("t0")) >= set(spec.space), "the unpickled searcher suggests a full configuration"

@@ -10,6 +10,7 @@ import inspect
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,9 +66,44 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
         import optuna
 
         node["storage"] = optuna.storages.RDBStorage(node["storage"])
-    searcher = instantiate(node, spec.allowed_targets, "searcher", **kwargs)
+    searcher = picklable(instantiate(node, spec.allowed_targets, "searcher", **kwargs))
     if spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node):
         return record_constraints(searcher, spec.sweep.constraints)
+    return searcher
+
+
+class PicklableLock:
+    """A ``threading.Lock`` that pickles as a new, unlocked one.
+
+    Optuna 5.1's genetic samplers (NSGA-II, NSGA-III) keep a ``threading.Lock`` in ``_thread_lock``, and Tune
+    pickles the searcher with the Tuner (``tuner.pkl``) and in its saved state: with the plain lock every such
+    sweep dies before its first trial ("cannot pickle '_thread.lock' object").
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return PicklableLock, ()
+
+
+def picklable(searcher: Any) -> Any:
+    """The searcher, with a sampler's plain lock swapped for a :class:`PicklableLock` (see there)."""
+    sampler: Any = getattr(searcher, "_sampler", None)
+    if isinstance(getattr(sampler, "_thread_lock", None), type(threading.Lock())):
+        sampler._thread_lock = PicklableLock()
     return searcher
 
 
