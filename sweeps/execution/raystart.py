@@ -10,7 +10,7 @@ from typing import Any
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import loopback, shipping
+from sweeps.execution import loopback, pool, shipping, warm
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
         "RAY_TRAIN_ENABLE_CONTROLLER_STRUCTURED_LOGGING": "0",
         "RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING": "0",
         "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
+        # Train sets it on its controller itself; set here, the lean trainer's processes inherit it
+        "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
     }
     if spec.cluster.mode == "local":
         env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
@@ -85,6 +87,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():
         return
+    levers = warm.current(spec.cluster.mode == "local")
     if spec.cluster.mode == "local":
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         ray.init(
@@ -96,7 +99,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
             **state_api_settings(),
-            **worker_pool_settings(),
+            **worker_pool_settings(levers),
         )
         return
     address = spec.cluster.address or os.environ.get("RAY_ADDRESS")
@@ -125,16 +128,18 @@ def local_runtime_env(env: dict[str, str]) -> dict[str, Any] | None:
     return None
 
 
-def worker_pool_settings() -> dict[str, Any]:
-    """Local mode: whether Ray prestarts idle processes (one per logical CPU) when the driver connects.
+def worker_pool_settings(levers: warm.Levers) -> dict[str, Any]:
+    """Local mode: the raylet's worker-pool settings (docs/ray.md, "Trial start-up").
 
-    Only actors with the job's runtime environment can use them: the Tune trial actors (Train's controller
-    and workers carry their own ``env_vars`` and always get fresh processes; docs/ray.md, "Trial start-up").
-    ``SWEEPS_PRESTART=0`` turns it off (a benchmark lever).
+    Ray prestarts idle processes (one per logical CPU, up to the cores) when the driver connects; only actors
+    with the job's runtime env can take them (the Tune trial actors, and with the lean trainer the Train
+    processes too). With the warm pool, every process the raylet starts imports torch and Ray Train before
+    it is needed. ``SWEEPS_PRESTART=0`` turns the first prestart off (a benchmark lever).
     """
-    if os.environ.get("SWEEPS_PRESTART", "1") != "0":
-        return {}
-    return {"_system_config": {"prestart_worker_first_driver": False}}
+    config: dict[str, Any] = pool.raylet_settings() if levers.pool else {}
+    if os.environ.get("SWEEPS_PRESTART", "1") == "0":
+        config["prestart_worker_first_driver"] = False
+    return {"_system_config": config} if config else {}
 
 
 def state_api_settings() -> dict[str, Any]:

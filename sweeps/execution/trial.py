@@ -49,6 +49,9 @@ class TrialSetup:
     checkpoint_every: int
     extra_config: dict[str, Any] = field(default_factory=dict)
     datasets: str | None = None  # dotted path: build_datasets(config) -> {name: ray.data.Dataset}
+    sweep_id: str = ""
+    lean: bool = False  # the lean trainer (sweeps.execution.lean); the installed Ray was checked for it
+    job_env_vars: dict[str, str] | None = None  # a remote job's runtime-env variables; None: inherited
 
 
 def sanitize(metrics: dict[str, Any], metric: str, mode: str) -> dict[str, Any]:
@@ -88,17 +91,37 @@ def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id:
     }
 
 
+def trainer_class(setup: TrialSetup, trial_id: str, run_name: str) -> tuple[type, list[Any]]:
+    """The lean trainer and its placement-group name, when the sweep may use it; else Ray's own TorchTrainer.
+
+    The lean trainer needs every variable Train would hand its processes to reach them through the job
+    already; anything else (a variable set in this process only) keeps Train's own path.
+    """
+    from ray.train.torch import TorchTrainer
+
+    if not setup.lean:
+        return TorchTrainer, []
+    from sweeps.execution import lean, reaper
+
+    added = lean.added_env(setup.job_env_vars)
+    if added:
+        log.info("trial %s: Train's own start-up (it would add %s to its processes)", trial_id, ", ".join(added))
+        return TorchTrainer, []
+    reaper.free_earlier_runs(setup.sweep_id, trial_id)
+    return lean.LeanTorchTrainer, [lean.PlacementGroupName(reaper.pg_name(setup.sweep_id, trial_id, run_name))]
+
+
 def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, channel: bridge.Channel) -> Any:
     """One TorchTrainer for one (re)start of the trial, reporting through the bridge's channel."""
     import ray.train
-    from ray.train.torch import TorchTrainer
 
     from sweeps.execution.loopback import torch_config
 
+    trainer_cls, named = trainer_class(setup, str(config.get("_trial_id")), run_name)
     # Ray Data: datasets are built here, in the trial's driver; Train shards them across the workers
     # (each worker reads its shard with ray.train.get_dataset_shard(name)).
     datasets = import_dotted(setup.datasets)(config) if setup.datasets else None
-    return TorchTrainer(
+    return trainer_cls(
         bridge.seeded_loop,
         train_loop_config=config,
         datasets=datasets,
@@ -112,7 +135,7 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
         run_config=ray.train.RunConfig(
             name=run_name,
             storage_path=setup.train_dir,
-            callbacks=[bridge.bridge_callback(channel.address, channel.token), *stages.train_callbacks()],
+            callbacks=[bridge.bridge_callback(channel.address, channel.token), *named, *stages.train_callbacks()],
             # A finite controller_failure_limit: the default (-1) retries worker start-up forever (docs/ray.md).
             failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
                                                    controller_failure_limit=3),

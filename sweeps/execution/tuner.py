@@ -7,6 +7,7 @@ from typing import Any
 
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
+from sweeps.execution import warm
 from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
 from sweeps.execution.hours import Ledger, gated, ledger_callback
@@ -22,12 +23,25 @@ def train_dir(spec: SweepSpec, sweep_id: str) -> str:
 
 
 def run_callbacks(spec: SweepSpec, sweep_id: str) -> list[Any]:
-    """The Tuner's own callbacks (after the tracker): result loggers and the checkpoint keeper (PBT pins,
-    latest checkpoints kept for resume, clean-up). ``sweeps resume`` sets them again on a restored Tuner."""
-    from sweeps.execution import keeper
+    """The Tuner's own callbacks (after the tracker): result loggers, the checkpoint keeper (PBT pins,
+    latest checkpoints kept for resume, clean-up), the placement-group reaper and the warm pool (when those
+    levers are on). ``sweeps resume`` sets them again on a restored Tuner."""
+    from sweeps.execution import keeper, pool, reaper
     from sweeps.execution.tune_logs import result_loggers
 
-    return [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
+    levers = warm.current(spec.cluster.mode == "local")
+    out = [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
+    if levers.lean:
+        out.append(reaper.reaper_callback(sweep_id))
+    if levers.pool:
+        out.append(pool.pool_callback(pool.Pool(processes_per_trial(spec, levers))))
+    return out
+
+
+def processes_per_trial(spec: SweepSpec, levers: warm.Levers) -> int:
+    """Fresh processes a trial start takes: its Train controller, synchronization actor and workers, and
+    its Tune trial actor unless Tune reuses one."""
+    return 2 + spec.trainable.num_workers + (0 if levers.reuse else 1)
 
 
 def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
@@ -41,7 +55,16 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
         storage_path=spec.storage_path, train_dir=train_dir(spec, sweep_id),
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
         checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed}, datasets=t.datasets,
+        sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean,
+        job_env_vars=None if spec.cluster.mode == "local" else job_env_vars(),
     )
+
+
+def job_env_vars() -> dict[str, str]:
+    """The variables the job's runtime env gives every process of a remote sweep."""
+    import ray
+
+    return dict((ray.get_runtime_context().runtime_env or {}).get("env_vars") or {})
 
 
 def trainable(spec: SweepSpec, sweep_id: str) -> Any:
@@ -59,9 +82,11 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
 USER_PENDING = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # a value the user set wins
 
 
-def reuse_actors() -> bool:
-    """Whether a finished trial's actor (its driver process) runs the next trial: ``SWEEPS_REUSE_ACTORS``."""
-    return os.environ.get("SWEEPS_REUSE_ACTORS", "0") == "1"
+def reuse_actors(spec: SweepSpec) -> bool:
+    """Whether a finished trial's actor (its driver process) runs the next trial: the ``reuse`` warm-start
+    lever, unless ``SWEEPS_REUSE_ACTORS`` (0 or 1) says otherwise."""
+    told = os.environ.get("SWEEPS_REUSE_ACTORS")
+    return told == "1" if told in ("0", "1") else warm.current(spec.cluster.mode == "local").reuse
 
 
 def rungs(spec: SweepSpec) -> tuple[int, ...]:
@@ -117,7 +142,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
         time_budget_s=spec.sweep.time_budget_s,
-        reuse_actors=reuse_actors(),
+        reuse_actors=reuse_actors(spec),
     )
     run_config = tune.RunConfig(
         name=name or sweep_id,

@@ -107,6 +107,16 @@ def check_token_file() -> Check:
     return Check("Ray token file", ok, f"{path} mode {mode:04o}", f"chmod 600 {path}", required=False)
 
 
+def check_warm_start() -> Check:
+    """Which warm-start levers a sweep would use here (docs/ray.md, "Trial start-up")."""
+    from sweeps.execution import warm
+
+    levers = warm.levers(local=True)
+    return Check("warm trial start", levers.lean and levers.pool, levers.describe(),
+                 "trials start cold (slower, same results); SWEEPS_WARM=0 turns it off on purpose",
+                 required=False)
+
+
 def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> list[Check]:
     checks: list[Callable[[], Check]] = [
         lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
@@ -123,5 +133,6 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> l
         check_gpu,
         check_auth,
         check_token_file,
+        check_warm_start,
     ]
     return [c() for c in checks]

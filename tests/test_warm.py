@@ -1,0 +1,138 @@
+"""The warm trial start's switches and its placement-group reaper, on a real (small) Ray. Fast tier.
+
+The levers that touch Ray internals are checked against the installed Ray version before a sweep starts;
+another version (``SWEEPS_TEST_RAY_VERSION``) or ``SWEEPS_WARM=0`` gives the public path. The reaper frees
+the named placement group of a Train run whose controller died (Ray keeps it until the job ends).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sweeps.execution import reaper, warm
+
+
+@pytest.fixture(autouse=True)
+def _fresh_levers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warm, "_current", None)
+    monkeypatch.delenv(warm.SWITCH, raising=False)
+    monkeypatch.delenv(warm.TEST_VERSION, raising=False)
+
+
+def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
+    import ray
+
+    assert ray.__version__.startswith(warm.CHECKED), "the installed Ray is the one the levers were read against"
+    levers = warm.levers(local=True)
+    assert (levers.lean, levers.pool, levers.reuse) == (True, True, True), levers.why_off
+    assert levers.describe() == "warm start: lean, pool, reuse"
+
+
+@pytest.mark.parametrize("version", ["2.59.1", "2.61.0", "3.0.0"])
+def test_another_ray_version_falls_back_to_the_public_path_and_says_why(
+        version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(warm.TEST_VERSION, version)
+    levers = warm.levers(local=True)
+    assert not levers.lean and not levers.pool and levers.reuse, "reuse_actors is Tune's public setting"
+    assert f"ray {version} is not a version it was checked against" in levers.why_off["lean"]
+    assert "lean off" in levers.describe() and "pool off" in levers.describe()
+
+
+def test_sweeps_warm_0_turns_every_lever_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(warm.SWITCH, "0")
+    levers = warm.levers(local=True)
+    assert not (levers.lean or levers.pool or levers.reuse)
+    assert set(levers.why_off.values()) == {"SWEEPS_WARM=0"}
+
+
+def test_a_trial_setup_follows_the_levers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.config import build, compose
+    from sweeps.execution import tuner
+
+    spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
+    assert tuner.trial_setup(spec, "s1").lean and tuner.reuse_actors(spec)
+    monkeypatch.setattr(warm, "_current", None)
+    monkeypatch.setenv(warm.TEST_VERSION, "2.61.0")
+    assert not tuner.trial_setup(spec, "s1").lean
+    monkeypatch.setenv("SWEEPS_REUSE_ACTORS", "0")
+    assert not tuner.reuse_actors(spec), "an explicit SWEEPS_REUSE_ACTORS wins"
+
+
+def test_placement_group_names_carry_sweep_and_trial() -> None:
+    name = reaper.pg_name("quickstart-20261202-1", "a1b2c_00003", "a1b2c_00003-9f8e7d")
+    assert reaper.parse(name) == ("quickstart-20261202-1", "a1b2c_00003")
+    assert reaper.parse("some-other-group") is None and reaper.parse("") is None
+    assert reaper.parse("sweeps:only:two") is None
+
+
+REAP = textwrap.dedent("""
+    import json, sys, time
+    import ray
+    from ray.util.placement_group import placement_group
+    from sweeps.execution import reaper
+
+    ray.init(num_cpus=3, include_dashboard=False)
+
+    @ray.remote(num_cpus=0)
+    class Controller:  # creates its worker group's placement group, as Train's controller does
+        def start(self, name):
+            pg = placement_group([{"CPU": 1}], name=name)
+            ray.get(pg.ready())
+            return True
+
+    def state(name):
+        return {e["name"]: e["state"] for e in ray.util.placement_group_table().values()}.get(name)
+
+    out = {}
+    stopped, running = reaper.pg_name("s1", "t1", "t1-aaa"), reaper.pg_name("s1", "t2", "t2-bbb")
+    other_sweep = reaper.pg_name("s2", "t1", "t1-ccc")
+    actors = [Controller.remote() for _ in range(3)]
+    ray.get([a.start.remote(n) for a, n in zip(actors, (stopped, running, other_sweep))])
+    ray.kill(actors[0])  # Tune stopped trial t1: its controller died with the trial actor
+    time.sleep(float(sys.argv[1]))
+    out["kept_by_ray"] = state(stopped)
+    out["orphans"] = reaper.orphans("s1", running={"t2"})
+    if sys.argv[2] == "reap":
+        out["removed"] = reaper.remove(out["orphans"])
+    time.sleep(0.5)
+    out["after"] = {n: state(n) for n in (stopped, running, other_sweep)}
+    out["free_cpus"] = ray.available_resources().get("CPU", 0)
+    print(json.dumps(out))
+""")
+
+
+def _reap(tmp_path: Path, mode: str) -> dict:
+    import json
+
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        proc = subprocess.run([sys.executable, "-c", REAP, "2", mode], env=env, capture_output=True, text=True,
+                              timeout=100)
+    finally:
+        subprocess.run(["pkill", "-9", "-f", ray_tmp], check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_ray_keeps_a_dead_controllers_placement_group_and_the_reaper_frees_only_orphans(tmp_path: Path) -> None:
+    out = _reap(tmp_path, "reap")
+    stopped, running, other = reaper.pg_name("s1", "t1", "t1-aaa"), reaper.pg_name("s1", "t2", "t2-bbb"), \
+        reaper.pg_name("s2", "t1", "t1-ccc")
+    assert out["kept_by_ray"] == "CREATED", "Ray frees a dead actor's group only when its job ends"
+    assert out["orphans"] == [stopped], "a running trial's group and another sweep's are not touched"
+    assert out["removed"] == 1
+    assert out["after"] == {stopped: "REMOVED", running: "CREATED", other: "CREATED"}
+    assert out["free_cpus"] == 1.0
+
+
+def test_without_the_reaper_the_stopped_trials_group_holds_its_cpu(tmp_path: Path) -> None:
+    out = _reap(tmp_path, "keep")
+    assert out["after"][reaper.pg_name("s1", "t1", "t1-aaa")] == "CREATED" and out["free_cpus"] == 0.0
