@@ -76,15 +76,16 @@ class LeanTorchTrainer(TorchTrainer):  # type: ignore[misc]
         drop: tuple[type, ...] = (PlacementGroupCleanerCallback,)
         if not self.datasets:
             drop += (DatasetsCallback,)  # it starts a DatasetManager actor per run, datasets or not
-        return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, drop)]
+        return [cb for cb in super()._create_default_callbacks()  # type: ignore[misc]
+                if not isinstance(cb, drop)]
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         controller_cls = ray.remote(
             num_cpus=0,
             # on the driver's node, as Train does: the bridge's Unix socket is there
-            label_selector={ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()},
+            label_selector={ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()},  # type: ignore[attr-defined]
         )(LeanController)
-        controller = controller_cls.remote(**controller_init_kwargs)
+        controller: Any = controller_cls.remote(**controller_init_kwargs)
         ray.get(controller.run.remote())
         return ray.get(controller.get_result.remote())
 

@@ -37,7 +37,8 @@ def job_runtime_env() -> str:
     """The job's serialized runtime env: the string a prestarted process must carry to host its actors."""
     import ray
 
-    info = ray._private.worker.global_worker.core_worker.get_job_config().runtime_env_info
+    worker: Any = ray._private.worker.global_worker
+    info = worker.core_worker.get_job_config().runtime_env_info
     return info.serialized_runtime_env or "{}"
 
 
@@ -48,10 +49,13 @@ def _request(address: str, job_id: bytes, runtime_env: str, n: int, keep_alive_s
     channel = init_grpc_channel(address, asynchronous=False)
     try:
         stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
-        stub.PrestartWorkers(node_manager_pb2.PrestartWorkersRequest(
-            language=common_pb2.PYTHON, job_id=job_id,
-            runtime_env_info=common_pb2.RuntimeEnvInfo(serialized_runtime_env=runtime_env),
-            keep_alive_duration_secs=keep_alive_s, num_workers=n), timeout=RPC_TIMEOUT_S)
+        request: Any = node_manager_pb2.PrestartWorkersRequest()  # type: ignore[attr-defined]
+        request.language = common_pb2.Language.Value("PYTHON")  # type: ignore[attr-defined]
+        request.job_id = job_id
+        request.runtime_env_info.serialized_runtime_env = runtime_env
+        request.keep_alive_duration_secs = keep_alive_s
+        request.num_workers = n
+        stub.PrestartWorkers(request, timeout=RPC_TIMEOUT_S)
     finally:
         channel.close()
 
@@ -68,6 +72,13 @@ class Pool:
         self.runtime_env = job_runtime_env()
         self.requested = 0
         self.failed: str | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks into tuner.pkl
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def addresses(self, ips: set[str] | None = None) -> list[str]:

@@ -59,9 +59,9 @@ def _internals_missing() -> str | None:
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     except ImportError as exc:
         return f"a Ray Train internal moved: {exc}"
-    needs = ((DataParallelTrainer, "_initialize_and_run_controller"), (DataParallelTrainer, "_create_default_callbacks"),
-             (TrainController, "worker_group_cls"), (WorkerGroup, "_get_worker_runtime_env"),
-             (WorkerGroup, "_create_placement_group"))
+    needs = ((DataParallelTrainer, "_initialize_and_run_controller"),
+             (DataParallelTrainer, "_create_default_callbacks"), (TrainController, "worker_group_cls"),
+             (WorkerGroup, "_get_worker_runtime_env"), (WorkerGroup, "_create_placement_group"))
     missing = [f"{cls.__name__}.{name}" for cls, name in needs if not hasattr(cls, name)]
     return f"Ray Train lacks {', '.join(missing)}" if missing else None
 
