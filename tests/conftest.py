@@ -134,6 +134,28 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     env.cleanup()
 
 
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A small real Ray in this process (2 CPUs, no dashboard) for the tests of a module that drive Tune
+    directly (function trainables, no Train); its temp dir and auth token stay in the test. Yields a folder
+    for Tune's storage."""
+    import ray
+
+    root = tmp_path_factory.mktemp("local-ray")
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # unix sockets need short paths
+    (root / "user").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", ray_tmp)
+        mp.setenv("HOME", str(root / "user"))  # Ray writes its auth token under ~/.ray
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            yield root
+        finally:
+            ray.shutdown()
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "condition"):  # noqa: ANN001, ANN201
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     import time
