@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,11 +34,11 @@ def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> No
     t.start()
     try:
         assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
-        time.sleep(0.3)
-        assert not done.is_set(), "the controller went on before Tune had taken the report"
+        assert not done.wait(timeout=0.5), "the controller went on before Tune had taken the report"
+        assert t.is_alive()
         channel.ack()
+        assert done.wait(timeout=10), "the ack released the controller"
         t.join(timeout=10)
-        assert done.is_set()
         assert channel.receive(timeout=0.2) is None
     finally:
         channel.close()
@@ -70,14 +69,34 @@ def test_a_closed_channel_ends_the_train_run_and_a_wrong_token_is_refused() -> N
     assert len(errors) == 2 and isinstance(errors[1], (EOFError, OSError, TimeoutError)), errors
 
 
+def _report(cb, metrics: dict[str, int], checkpoint: str) -> threading.Thread:  # noqa: ANN001
+    t = threading.Thread(target=cb.after_report, args=(None, [metrics], checkpoint))
+    t.start()
+    return t
+
+
 def test_the_callback_pickles_without_its_socket() -> None:
+    """Ray pickles the callback into each Train controller it starts: a copy of one that has reported (its
+    socket open) carries the channel's address and token, not the socket, and reports on its own."""
     import cloudpickle
 
     channel = bridge.Channel()
     try:
         cb = _controller_side(channel)
+        t = _report(cb, {"epoch": 1}, "ckpt-1")
+        assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
+        channel.ack()
+        t.join(timeout=10)
+        assert not t.is_alive() and cb._sock is not None, "the first report opened the socket"
         clone = cloudpickle.loads(cloudpickle.dumps(cb))
-        assert clone.address == channel.address and clone._sock is None
+        assert clone._sock is None and clone.address == channel.address
+        cb._sock.close()  # the first controller ends: its connection closes
+        assert channel.receive(timeout=10) is None
+        t = _report(clone, {"epoch": 2}, "ckpt-2")
+        assert channel.receive(timeout=30) == ({"epoch": 2}, "ckpt-2"), "the copy connects and proves itself"
+        channel.ack()
+        t.join(timeout=10)
+        assert not t.is_alive(), "the copy got its ack"
     finally:
         channel.close()
 
