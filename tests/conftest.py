@@ -246,14 +246,17 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     """Promote both trials of a 2-trial sweep at once (two real processes): the better one must end at
     ``@champion``; the other is refused by the gate, or was promoted first and then replaced.
 
-    The better candidate starts first and the worse one a second later, and each waits 5 s between its gate
-    and its alias move: without an atomic gate both read an empty alias and the worse one moves it last.
+    The better candidate starts first; the worse one starts once the first holds the promotion lock (the
+    registered model ``<model>@champion.promote-lock``). The first holds its gate open 15 s before it moves the
+    alias, the second 30 s: without an atomic gate the second, started well within those 15 s, reads the same
+    empty alias and moves it last (the worse one wins).
     """
     import json
-    import time
 
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from sweeps.registry.lock import lock_name
     from sweeps.registry.promote import trial_value
     from sweeps.reports.results import load_records
 
@@ -262,14 +265,25 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     values = {t.trial_id: trial_value(t, t.best_checkpoint, rec["metric"], rec["mode"]) for t in trials}
     assert len(values) == 2, values
     worse, better = sorted(values, key=lambda t: values[t] if rec["mode"] == "max" else -values[t])
-    pause = {"SWEEPS_TEST_PROMOTE_PAUSE_S": "5"}  # each holds the gate open 5 s: the two runs overlap there
-    procs = {better: env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name, extra_env=pause)}
-    time.sleep(1.0)
-    procs[worse] = env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name, extra_env=pause)
+    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    first = env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name,
+                      extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "15"})
+
+    def first_holds_the_lock() -> bool:
+        if first.poll() is not None:
+            raise AssertionError(f"the first promotion ended (exit {first.returncode}) before it held the lock:\n"
+                                 f"{first.communicate()[0][-3000:]}")
+        try:
+            return c.get_registered_model(lock_name(model_name, "champion")) is not None
+        except MlflowException:
+            return False
+
+    wait_for(first_holds_the_lock, timeout=300, interval=0.1, what="the first promotion to hold the lock")
+    procs = {better: first, worse: env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name,
+                                             extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "30"})}
     outs = {t: p.communicate(timeout=600)[0] for t, p in procs.items()}
     codes = {t: p.returncode for t, p in procs.items()}
     assert set(codes.values()) <= {0, 3} and 0 in codes.values(), outs
-    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     champion = c.get_model_version_by_alias(model_name, "champion")
     versions = {mv.tags["trial_id"]: int(mv.version) for mv in c.search_model_versions(f"name = '{model_name}'")}
     best = max(values.values()) if rec["mode"] == "max" else min(values.values())
