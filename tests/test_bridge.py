@@ -1,6 +1,6 @@
-"""The Train -> Tune bridge's parts without a Ray cluster: the channel and its ack, checkpoint copies, PBT pins
-and the clean-up, and the Ray internals the design leans on (pinned here, so a Ray upgrade that changes them
-fails a fast test instead of a sweep)."""
+"""The Train -> Tune bridge's parts without a Train run: the channel and its ack, checkpoint copies, PBT pins
+and the clean-up, and the Ray behaviour the design leans on (Tune's call order, seen in a tiny real Tune run on
+a small local Ray), pinned here, so a Ray upgrade that changes it fails a fast test instead of a sweep."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
@@ -222,20 +223,62 @@ def test_seeding_uses_public_train_api() -> None:
     assert callable(barrier)
 
 
-def test_tune_calls_callbacks_after_the_scheduler_decided() -> None:
+@pytest.fixture(scope="module")
+def tune_order(local_ray: Path) -> dict[str, list[Any]]:
+    """One tiny real Tune run (a function trainable reporting 4 checkpoints, ``num_to_keep=1``) and what a
+    recording scheduler and callback saw, in the order Tune called them."""
+    from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
+
+    seen: dict[str, list[Any]] = {"decided": [], "after_decision": [], "latest_on_disk": [], "left": []}
+
+    class Recording(FIFOScheduler):  # type: ignore[misc]
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+            seen["decided"].append((trial.trial_id, result["training_iteration"]))
+            decision: str = super().on_trial_result(tune_controller, trial, result)
+            return decision
+
+    class Order(tune.Callback):  # type: ignore[misc]
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            seen["after_decision"].append((trial.trial_id, result["training_iteration"]) in seen["decided"])
+
+        def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+            latest = trial.checkpoint  # what the keeper copies: the latest before this one is registered
+            if latest is not None:
+                seen["latest_on_disk"].append(latest.path != checkpoint.path and os.path.isdir(latest.path))
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            seen["left"] += sorted(p.name for p in Path(trial.path).glob("checkpoint_*"))
+
+    def reports(config: dict[str, Any]) -> None:
+        import tempfile
+
+        from ray import tune
+
+        for step in range(1, 5):
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "step").write_text(str(step))
+                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+
+    grid = tune.Tuner(reports, tune_config=tune.TuneConfig(metric="step", mode="max", scheduler=Recording()),
+                      run_config=tune.RunConfig(storage_path=str(local_ray / "order"), callbacks=[Order()],
+                                                checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0),
+                      ).fit()
+    assert not grid.errors, grid.errors
+    return seen
+
+
+def test_tune_calls_callbacks_after_the_scheduler_decided(tune_order: dict[str, list[Any]]) -> None:
     """DonorPins runs in ``on_trial_result`` right after a PBT exploit: Tune must call the scheduler first."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    src = inspect.getsource(TuneController._process_trial_result)
-    assert 0 < src.index("_scheduler_alg.on_trial_result") < src.index("_callbacks.on_trial_result")
+    assert len(tune_order["after_decision"]) == 4 and all(tune_order["after_decision"]), tune_order
 
 
-def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint() -> None:
-    """LatestKept copies the latest checkpoint in ``on_checkpoint``: Tune must not have deleted it yet."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    src = inspect.getsource(TuneController._process_trial_save)
-    assert 0 < src.index("_callbacks.on_checkpoint(") < src.index("trial.on_checkpoint(")
+def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint(tune_order: dict[str, list[Any]]) -> None:
+    """LatestKept copies the trial's latest checkpoint in ``on_checkpoint``: Tune (``num_to_keep=1``) deletes it
+    when it registers the new one, so the callback must run first, while the trial still names it."""
+    assert len(tune_order["latest_on_disk"]) == 3 and all(tune_order["latest_on_disk"]), tune_order
+    assert tune_order["left"] == ["checkpoint_000003"], "Tune deleted each earlier one on registration"
 
 
 def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
