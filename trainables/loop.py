@@ -100,6 +100,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
         restored = {"restored_from": str(meta.get("trial_id", "")), "restored_epoch": int(meta["epoch"])}
     # After a restore the optimizer holds the donor's lr: the trial's own (possibly mutated) values win.
     common.apply_hparams(optimizer, lr, weight_decay)
+    # Reported once per start, with the first epoch: every worker's device and the process group's backend.
+    facts = common.worker_facts(model, rank, ctx.get_local_rank())
 
     epochs = int(config.get("epochs", 10))
     every = int(config.get("checkpoint_every", 1))
@@ -162,9 +164,10 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             "model/latency_ms": latency_ms,
             **watch.metrics(),
             **restored,
+            **facts,
             "node_id": node_id,  # where rank 0 ran (multi-node placement shows in the results)
         }
-        restored = {}
+        restored, facts = {}, {}
         with common.checkpoint_dir(rank, epoch, every) as d:
             checkpoint = None
             if d is not None:
