@@ -56,7 +56,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     injection (``fault``, ``fault_epoch``) and ``epoch_sleep_s`` (each epoch that much longer without using a
     CPU: a test that acts mid-trial gets its window without a bigger model). ``preprocessing()`` (JSON: e.g.
     the scaler statistics ``load_data`` applied) is saved in every checkpoint, so a promoted model can take raw
-    inputs.
+    inputs. The first report of each start also says where every worker trained and over which backend
+    (``sys/workers``, ``sys/backend``: :func:`trainables.common.worker_facts`).
     """
     import ray
     import ray.train
