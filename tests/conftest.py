@@ -134,8 +134,15 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     env.cleanup()
 
 
+@pytest.fixture(scope="session")
+def _local_ray_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One HOME (Ray's auth token) for every in-process Ray of this test process: Ray keeps the token it read
+    in the process, and a later ``ray.init`` under another HOME fails to start its GCS."""
+    return tmp_path_factory.mktemp("local-ray-home")
+
+
 @pytest.fixture(scope="module")
-def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def local_ray(tmp_path_factory: pytest.TempPathFactory, _local_ray_home: Path) -> Iterator[Path]:
     """A small real Ray in this process (2 CPUs, no dashboard) for the tests of a module that drive Tune
     directly (function trainables, no Train); its temp dir and auth token stay in the test. Yields a folder
     for Tune's storage."""
@@ -143,10 +150,9 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
     root = tmp_path_factory.mktemp("local-ray")
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # unix sockets need short paths
-    (root / "user").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_TMPDIR", ray_tmp)
-        mp.setenv("HOME", str(root / "user"))  # Ray writes its auth token under ~/.ray
+        mp.setenv("HOME", str(_local_ray_home))  # Ray writes its auth token under ~/.ray
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
