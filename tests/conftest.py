@@ -135,6 +135,34 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     env.cleanup()
 
 
+@pytest.fixture(scope="session")
+def _local_ray_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One HOME (Ray's auth token) for every in-process Ray of this test process: Ray keeps the token it read
+    in the process, and a later ``ray.init`` under another HOME fails to start its GCS."""
+    return tmp_path_factory.mktemp("local-ray-home")
+
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory: pytest.TempPathFactory, _local_ray_home: Path) -> Iterator[Path]:
+    """A small real Ray in this process (2 CPUs, no dashboard) for the tests of a module that drive Tune
+    directly (function trainables, no Train); its temp dir and auth token stay in the test. Yields a folder
+    for Tune's storage."""
+    import ray
+
+    root = tmp_path_factory.mktemp("local-ray")
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # unix sockets need short paths
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", ray_tmp)
+        mp.setenv("HOME", str(_local_ray_home))  # Ray writes its auth token under ~/.ray
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            yield root
+        finally:
+            ray.shutdown()
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "condition"):  # noqa: ANN001, ANN201
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     import time
@@ -237,14 +265,17 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     """Promote both trials of a 2-trial sweep at once (two real processes): the better one must end at
     ``@champion``; the other is refused by the gate, or was promoted first and then replaced.
 
-    The better candidate starts first and the worse one a second later, and each waits 5 s between its gate
-    and its alias move: without an atomic gate both read an empty alias and the worse one moves it last.
+    The better candidate starts first; the worse one starts once the first holds the promotion lock (the
+    registered model ``<model>@champion.promote-lock``). The first holds its gate open 15 s before it moves the
+    alias, the second 30 s: without an atomic gate the second, started well within those 15 s, reads the same
+    empty alias and moves it last (the worse one wins).
     """
     import json
-    import time
 
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from sweeps.registry.lock import lock_name
     from sweeps.registry.promote import trial_value
     from sweeps.reports.results import load_records
 
@@ -253,14 +284,25 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
     values = {t.trial_id: trial_value(t, t.best_checkpoint, rec["metric"], rec["mode"]) for t in trials}
     assert len(values) == 2, values
     worse, better = sorted(values, key=lambda t: values[t] if rec["mode"] == "max" else -values[t])
-    pause = {"SWEEPS_TEST_PROMOTE_PAUSE_S": "5"}  # each holds the gate open 5 s: the two runs overlap there
-    procs = {better: env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name, extra_env=pause)}
-    time.sleep(1.0)
-    procs[worse] = env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name, extra_env=pause)
+    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    first = env.popen("promote", sweep_id, "--trial", better, "--model-name", model_name,
+                      extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "15"})
+
+    def first_holds_the_lock() -> bool:
+        if first.poll() is not None:
+            raise AssertionError(f"the first promotion ended (exit {first.returncode}) before it held the lock:\n"
+                                 f"{first.communicate()[0][-3000:]}")
+        try:
+            return c.get_registered_model(lock_name(model_name, "champion")) is not None
+        except MlflowException:
+            return False
+
+    wait_for(first_holds_the_lock, timeout=300, interval=0.1, what="the first promotion to hold the lock")
+    procs = {better: first, worse: env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name,
+                                             extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "30"})}
     outs = {t: p.communicate(timeout=600)[0] for t, p in procs.items()}
     codes = {t: p.returncode for t, p in procs.items()}
     assert set(codes.values()) <= {0, 3} and 0 in codes.values(), outs
-    c = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     champion = c.get_model_version_by_alias(model_name, "champion")
     versions = {mv.tags["trial_id"]: int(mv.version) for mv in c.search_model_versions(f"name = '{model_name}'")}
     best = max(values.values()) if rec["mode"] == "max" else min(values.values())

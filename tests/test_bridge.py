@@ -1,15 +1,15 @@
-"""The Train -> Tune bridge's parts without a Ray cluster: the channel and its ack, checkpoint copies, PBT pins
-and the clean-up, and the Ray internals the design leans on (pinned here, so a Ray upgrade that changes them
-fails a fast test instead of a sweep)."""
+"""The Train -> Tune bridge's parts without a Train run: the channel and its ack, checkpoint copies, PBT pins
+and the clean-up, and the Ray behaviour the design leans on (Tune's call order, seen in a tiny real Tune run on
+a small local Ray), pinned here, so a Ray upgrade that changes it fails a fast test instead of a sweep."""
 
 from __future__ import annotations
 
 import inspect
 import os
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
@@ -35,11 +35,11 @@ def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> No
     t.start()
     try:
         assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
-        time.sleep(0.3)
-        assert not done.is_set(), "the controller went on before Tune had taken the report"
+        assert not done.wait(timeout=0.5), "the controller went on before Tune had taken the report"
+        assert t.is_alive()
         channel.ack()
+        assert done.wait(timeout=10), "the ack released the controller"
         t.join(timeout=10)
-        assert done.is_set()
         assert channel.receive(timeout=0.2) is None
     finally:
         channel.close()
@@ -70,14 +70,34 @@ def test_a_closed_channel_ends_the_train_run_and_a_wrong_token_is_refused() -> N
     assert len(errors) == 2 and isinstance(errors[1], (EOFError, OSError, TimeoutError)), errors
 
 
+def _report(cb, metrics: dict[str, int], checkpoint: str) -> threading.Thread:  # noqa: ANN001
+    t = threading.Thread(target=cb.after_report, args=(None, [metrics], checkpoint))
+    t.start()
+    return t
+
+
 def test_the_callback_pickles_without_its_socket() -> None:
+    """Ray pickles the callback into each Train controller it starts: a copy of one that has reported (its
+    socket open) carries the channel's address and token, not the socket, and reports on its own."""
     import cloudpickle
 
     channel = bridge.Channel()
     try:
         cb = _controller_side(channel)
+        t = _report(cb, {"epoch": 1}, "ckpt-1")
+        assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
+        channel.ack()
+        t.join(timeout=10)
+        assert not t.is_alive() and cb._sock is not None, "the first report opened the socket"
         clone = cloudpickle.loads(cloudpickle.dumps(cb))
-        assert clone.address == channel.address and clone._sock is None
+        assert clone._sock is None and clone.address == channel.address
+        cb._sock.close()  # the first controller ends: its connection closes
+        assert channel.receive(timeout=10) is None
+        t = _report(clone, {"epoch": 2}, "ckpt-2")
+        assert channel.receive(timeout=30) == ({"epoch": 2}, "ckpt-2"), "the copy connects and proves itself"
+        channel.ack()
+        t.join(timeout=10)
+        assert not t.is_alive(), "the copy got its ack"
     finally:
         channel.close()
 
@@ -203,20 +223,62 @@ def test_seeding_uses_public_train_api() -> None:
     assert callable(barrier)
 
 
-def test_tune_calls_callbacks_after_the_scheduler_decided() -> None:
+@pytest.fixture(scope="module")
+def tune_order(local_ray: Path) -> dict[str, list[Any]]:
+    """One tiny real Tune run (a function trainable reporting 4 checkpoints, ``num_to_keep=1``) and what a
+    recording scheduler and callback saw, in the order Tune called them."""
+    from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
+
+    seen: dict[str, list[Any]] = {"decided": [], "after_decision": [], "latest_on_disk": [], "left": []}
+
+    class Recording(FIFOScheduler):  # type: ignore[misc]
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+            seen["decided"].append((trial.trial_id, result["training_iteration"]))
+            decision: str = super().on_trial_result(tune_controller, trial, result)
+            return decision
+
+    class Order(tune.Callback):  # type: ignore[misc]
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            seen["after_decision"].append((trial.trial_id, result["training_iteration"]) in seen["decided"])
+
+        def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+            latest = trial.checkpoint  # what the keeper copies: the latest before this one is registered
+            if latest is not None:
+                seen["latest_on_disk"].append(latest.path != checkpoint.path and os.path.isdir(latest.path))
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            seen["left"] += sorted(p.name for p in Path(trial.path).glob("checkpoint_*"))
+
+    def reports(config: dict[str, Any]) -> None:
+        import tempfile
+
+        from ray import tune
+
+        for step in range(1, 5):
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "step").write_text(str(step))
+                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+
+    grid = tune.Tuner(reports, tune_config=tune.TuneConfig(metric="step", mode="max", scheduler=Recording()),
+                      run_config=tune.RunConfig(storage_path=str(local_ray / "order"), callbacks=[Order()],
+                                                checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0),
+                      ).fit()
+    assert not grid.errors, grid.errors
+    return seen
+
+
+def test_tune_calls_callbacks_after_the_scheduler_decided(tune_order: dict[str, list[Any]]) -> None:
     """DonorPins runs in ``on_trial_result`` right after a PBT exploit: Tune must call the scheduler first."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    src = inspect.getsource(TuneController._process_trial_result)
-    assert 0 < src.index("_scheduler_alg.on_trial_result") < src.index("_callbacks.on_trial_result")
+    assert len(tune_order["after_decision"]) == 4 and all(tune_order["after_decision"]), tune_order
 
 
-def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint() -> None:
-    """LatestKept copies the latest checkpoint in ``on_checkpoint``: Tune must not have deleted it yet."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    src = inspect.getsource(TuneController._process_trial_save)
-    assert 0 < src.index("_callbacks.on_checkpoint(") < src.index("trial.on_checkpoint(")
+def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint(tune_order: dict[str, list[Any]]) -> None:
+    """LatestKept copies the trial's latest checkpoint in ``on_checkpoint``: Tune (``num_to_keep=1``) deletes it
+    when it registers the new one, so the callback must run first, while the trial still names it."""
+    assert len(tune_order["latest_on_disk"]) == 3 and all(tune_order["latest_on_disk"]), tune_order
+    assert tune_order["left"] == ["checkpoint_000003"], "Tune deleted each earlier one on registration"
 
 
 def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -164,27 +164,3 @@ def test_missing_required_argument_exits_2(capsys: pytest.CaptureFixture[str]) -
         cli_main.main(["promote"])
     assert exc.value.code == 2
     assert "SWEEP_ID" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("scheduler", ["pbt", "pb2", "hyperband", "median", "asha", "fifo"])
-def test_every_scheduler_stops_trials_at_their_budget_counted_by_tune(scheduler: str) -> None:
-    from sweeps.execution.budget import Budget
-    from sweeps.execution.searchers import build_scheduler
-
-    extra = ["scheduler.hyperparam_mutations={lr: {dist: uniform, low: 0.001, high: 0.1}}"] if scheduler == "pbt" \
-        else ["scheduler.hyperparam_bounds={lr: [0.001, 0.1]}"] if scheduler == "pb2" else []
-    spec = config_build.build_spec(compose.compose(["+experiment=quickstart", f"scheduler={scheduler}", *extra]))
-    build_scheduler(spec)  # Ray's own class builds from the config
-    stop = Budget(4)
-    assert not stop("t", {"training_iteration": 3, "epoch": 3, "config": {"lr": 0.1}})
-    assert stop("t", {"training_iteration": 4, "epoch": 3, "config": {"lr": 0.1}}), "a 0-based epoch is not trusted"
-    assert not stop("u", {"training_iteration": 4, "config": {"epochs": 6}}), "a searched epoch budget wins"
-    assert stop("v", {"training_iteration": 9}), "past the budget"
-
-
-def test_a_trial_that_keeps_restarting_is_stopped_at_twice_its_budget() -> None:
-    from sweeps.execution.budget import OVERRUN, Budget
-
-    stop = Budget(3)
-    rewound = [{"training_iteration": i % 2 + 1, "config": {}} for i in range(OVERRUN * 3)]
-    assert [stop("t", r) for r in rewound] == [False] * (OVERRUN * 3 - 1) + [True]

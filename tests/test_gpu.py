@@ -28,5 +28,15 @@ def test_gpu_trial_trains_on_cuda(tmp_path: Path) -> None:
         (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
         assert rec["status"] == "finished" and rec["best"]["value"] > 0.8
+        # what the workers say they trained on (trainables.common.worker_facts), in Tune's result rows
+        rows = [json.loads(line) for d in rec["experiment_dirs"] for f in Path(d).glob("*/result.json")
+                for line in f.read_text().splitlines() if line.strip()]
+        starts = [row for row in rows if "sys/workers" in row]
+        assert starts, "no result row says where the workers trained"
+        for row in starts:
+            workers = json.loads(row["sys/workers"])
+            assert [w["rank"] for w in workers] == list(range(min(n, 2))), workers
+            assert all(w["device"] == f"cuda:{w['local_rank']}" for w in workers), workers  # no CPU fallback
+            assert row["sys/backend"] == "nccl", row["sys/backend"]
     finally:
         env.cleanup()

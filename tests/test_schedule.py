@@ -538,7 +538,6 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
     assert state is not None and state["status"] == "regressed" and state["exit_code"] == 4
 
 
-@pytest.mark.slow
 def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:
     """No Ray cluster: Tune's OptunaSearch as the sweep builds it, fed by hand, then built again."""
     from sweeps.execution import tuner
@@ -568,7 +567,6 @@ def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:
     assert (schedule.schedules_dir() / "nightly.optuna.db").is_file()
 
 
-@pytest.mark.slow
 def test_the_champions_params_join_the_warm_start(sweeps_env: Any) -> None:
     """A real MLflow registry (SQLite under tmp_path): quickstart@champion points at a trial run's params."""
     from sweeps.ops import prepare

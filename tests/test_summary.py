@@ -72,13 +72,27 @@ def test_top_k_limits_the_leaderboard_not_the_ranking() -> None:
     assert len(s.ranked) == 8
 
 
-def test_ties_go_to_the_earlier_iteration_then_the_earlier_trial() -> None:
-    recs = [trial("late", [0.5, 0.8]), trial("early", [0.8, 0.7]), trial("early2", [0.8, 0.8])]
-    s = summary.collect(recs, M, "max")
-    assert s.best is not None
-    assert s.best.trial_id == "early" and s.best.best_step == 1
-    assert s.ranked == ("early", "early2", "late")
-    assert s.ties == ("early2", "late")
+TIED = {"late": [0.5, 0.8], "early": [0.8, 0.7], "early2": [0.8, 0.8], "below": [0.7, 0.79]}
+
+
+ORDERS = [tuple(TIED)[i:] + tuple(TIED)[:i] for i in range(len(TIED))]  # each trial first once
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+@pytest.mark.parametrize("order", ORDERS, ids="-".join)
+def test_ties_go_to_the_earlier_iteration_then_the_earlier_trial(order: tuple[str, ...], mode: str) -> None:
+    """The expected ranking is worked out from the inputs by the rule, for several orders of the records."""
+    sign = 1 if mode == "max" else -1  # min mode: the same histories, negated
+    values = {t: [sign * v for v in TIED[t]] for t in order}
+    best = {t: max(v) if mode == "max" else min(v) for t, v in values.items()}
+    reached = {t: v.index(best[t]) + 1 for t, v in values.items()}  # the first iteration at its best
+    expected = sorted(order, key=lambda t: (-sign * best[t], reached[t], order.index(t)))
+    winner = expected[0]
+    s = summary.collect([trial(t, values[t]) for t in order], M, mode)
+    assert s.best is not None and (s.best.trial_id, s.best.best_step) == (winner, reached[winner])
+    assert s.ranked == tuple(expected)
+    assert s.ties == tuple(t for t in expected[1:] if best[t] == best[winner])
+    assert len(s.ties) == 2, "the table holds a three-way tie"
 
 
 def test_nan_and_inf_are_never_best() -> None:

@@ -78,6 +78,41 @@ def test_knob_errors_reports_every_problem_at_once() -> None:
     assert [e.split(":")[0] for e in errors] == ["lr", "scale_lr", "grad_accum_steps"]
 
 
+# -- where the workers train ---------------------------------------------------------------------------------
+FACTS_PROBE = """
+import json, sys
+import torch, torch.distributed as dist
+from trainables import common
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+print(json.dumps(common.worker_facts(torch.nn.Linear(4, 2), rank, local_rank=rank)))
+dist.destroy_process_group()
+"""
+
+
+def test_worker_facts_gather_every_ranks_device_and_the_backend() -> None:
+    """The CPU counterpart of tests/test_gpu.py's check: two real gloo ranks, each learns every rank's device."""
+    import socket
+    import subprocess
+    import sys
+
+    import torch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", FACTS_PROBE, str(rank), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    every = [{"rank": rank, "local_rank": rank, "device": "cpu"} for rank in (0, 1)]
+    for out, _ in outs:
+        facts = json.loads(out.strip().splitlines()[-1])
+        assert facts["sys/backend"] == "gloo" and json.loads(facts["sys/workers"]) == every, facts
+    alone = common.worker_facts(torch.nn.Linear(4, 2), 0, 0)  # no process group in this process
+    assert alone["sys/backend"] == "none" and json.loads(alone["sys/workers"]) == every[:1]
+
+
 # -- charlm: tokenizer, corpus, schedule --------------------------------------------------------------------
 def test_char_tokenizer_round_trips_text() -> None:
     tok = charlm.CharTokenizer()

@@ -163,14 +163,31 @@ def test_signals_while_closing_the_record_are_noted_not_raised(caplog: pytest.Lo
 
 
 STOP_PROBE = """
-import os, signal, sys, threading
+import os, signal, sys, threading, time
 import ray
 from sweeps.execution import raystart
 from sweeps.ops.launch import stop_ray
 ray.init(num_cpus=1, include_dashboard=False)
 raystart.stop_in_background()  # what the run pipeline does before drawing its report
-threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C again while Ray stops
+shutdown = raystart._stopping  # Ray's shutdown thread
+
+def main_waits_for_ray():  # the main thread's stack is inside raystart.stop (its wait for the shutdown thread)
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None and frame.f_code is not raystart.stop.__code__:
+        frame = frame.f_back
+    return frame is not None
+
+def ctrl_c_again():
+    while not main_waits_for_ray() and shutdown.is_alive():
+        time.sleep(0.001)
+    print("ctrl-c while ray stops:", shutdown.is_alive(), flush=True)
+    if shutdown.is_alive():
+        os.kill(os.getpid(), signal.SIGINT)
+
+sender = threading.Thread(target=ctrl_c_again)
+sender.start()
 stop_ray()
+sender.join()
 print("ray stopped:", not ray.is_initialized())
 """
 
@@ -180,6 +197,7 @@ def test_a_second_ctrl_c_while_ray_stops_lets_the_shutdown_finish(sweeps_env: An
     that thread and Ray's core worker ended an interrupted sweep with status 1, not 130)."""
     proc = subprocess.run([sys.executable, "-c", STOP_PROBE], env=sweeps_env.env,
                           capture_output=True, text=True, timeout=100)
+    assert "ctrl-c while ray stops: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert proc.returncode == 0 and "ray stopped: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "SIGINT received while stopping Ray" in proc.stderr
 

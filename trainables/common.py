@@ -320,6 +320,24 @@ def check_knobs(config: dict[str, Any]) -> None:
         raise ValueError("; ".join(errors))
 
 
+def worker_facts(model: Any, rank: int, local_rank: int) -> dict[str, str]:
+    """Where every worker trains, gathered to each rank (a collective: every rank calls it, once per start).
+
+    ``sys/workers``: a JSON list, in rank order, of ``{"rank", "local_rank", "device"}``, where ``device`` is
+    where the model's parameters live (``cuda:1``, ``cpu``), so a silent CPU fallback shows; ``sys/backend``:
+    torch.distributed's backend (``nccl``, ``gloo``; ``none`` without a process group). Strings: they reach
+    Tune's result rows, not MLflow's metrics.
+    """
+    import torch.distributed as dist
+
+    mine = {"rank": rank, "local_rank": local_rank, "device": str(next(model.parameters()).device)}
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"sys/workers": json.dumps([mine]), "sys/backend": "none"}
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)  # rank order
+    return {"sys/workers": json.dumps(every), "sys/backend": str(dist.get_backend())}
+
+
 def parameter_count(model: Any) -> int:
     """Trainable parameters of the model (the bare module inside a DDP wrapper): a cost objective."""
     raw = model.module if hasattr(model, "module") else model

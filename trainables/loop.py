@@ -56,7 +56,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     injection (``fault``, ``fault_epoch``) and ``epoch_sleep_s`` (each epoch that much longer without using a
     CPU: a test that acts mid-trial gets its window without a bigger model). ``preprocessing()`` (JSON: e.g.
     the scaler statistics ``load_data`` applied) is saved in every checkpoint, so a promoted model can take raw
-    inputs.
+    inputs. The first report of each start also says where every worker trained and over which backend
+    (``sys/workers``, ``sys/backend``: :func:`trainables.common.worker_facts`).
     """
     import ray
     import ray.train
@@ -100,6 +101,8 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
         restored = {"restored_from": str(meta.get("trial_id", "")), "restored_epoch": int(meta["epoch"])}
     # After a restore the optimizer holds the donor's lr: the trial's own (possibly mutated) values win.
     common.apply_hparams(optimizer, lr, weight_decay)
+    # Reported once per start, with the first epoch: every worker's device and the process group's backend.
+    facts = common.worker_facts(model, rank, ctx.get_local_rank())
 
     epochs = int(config.get("epochs", 10))
     every = int(config.get("checkpoint_every", 1))
@@ -162,9 +165,10 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             "model/latency_ms": latency_ms,
             **watch.metrics(),
             **restored,
+            **facts,
             "node_id": node_id,  # where rank 0 ran (multi-node placement shows in the results)
         }
-        restored = {}
+        restored, facts = {}, {}
         with common.checkpoint_dir(rank, epoch, every) as d:
             checkpoint = None
             if d is not None:

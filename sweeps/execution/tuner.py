@@ -102,6 +102,11 @@ def rungs(spec: SweepSpec) -> tuple[int, ...]:
     return (*out, int(max_t))
 
 
+def stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Budget:
+    """The sweep's stopper: each trial ends at its epoch budget (or its rung once the hour budget is spent)."""
+    return Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every)
+
+
 def restored_callbacks(spec: SweepSpec) -> list[Any]:
     """What a restored Tuner's new callbacks need beside the tracker: the census of paused trials (remote)."""
     return [] if spec.cluster.mode == "local" else [census_callback(process_census())]
@@ -154,7 +159,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every),
+        stop=stopper(spec, ledger),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.
