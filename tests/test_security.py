@@ -28,7 +28,7 @@ from sweeps.errors import BadInput
      "resolves through 'ray.tune.schedulers.async_hyperband.pickle' to 'pickle'"),
     ("optuna.samplers._cmaes.pickle.loads", "resolves through 'optuna.samplers._cmaes.pickle' to 'pickle'"),
     ("trainables.charlm.importlib.import_module", "resolves through 'trainables.charlm.importlib' to 'importlib'"),
-    ("sweeps.ops.run.os.system", "is outside the allowed packages"),  # `sweeps` is not allowed
+    ("sweeps.ops.launch.os.system", "is outside the allowed packages"),  # `sweeps` is not allowed
     ("trainables.__main__", "dunder"),
     ("trainables.digits", "is a module, not a function or class"),
     ("os.system", "is outside the allowed packages"),
@@ -40,9 +40,9 @@ def test_targets_are_refused_by_what_they_resolve_to(target: str, why: str) -> N
 
 
 def test_the_walk_not_the_prefix_refuses_os_reached_through_an_allowed_module() -> None:
-    """Were `sweeps.ops` allowed, `sweeps.ops.run.os.system` passes the string check: the walk must stop at `os`."""
-    with pytest.raises(targets.TargetRefused, match=r"resolves through 'sweeps\.ops\.run\.os' to 'os'"):
-        targets.resolve("sweeps.ops.run.os.system", ("sweeps.ops",))
+    """Were `sweeps.ops` allowed, `sweeps.ops.launch.os.system` passes the string check: the walk must stop at `os`."""
+    with pytest.raises(targets.TargetRefused, match=r"resolves through 'sweeps\.ops\.launch\.os' to 'os'"):
+        targets.resolve("sweeps.ops.launch.os.system", ("sweeps.ops",))
 
 
 @pytest.mark.parametrize(("path", "allowed", "defined_in"), [
