@@ -1,31 +1,35 @@
 """Warm processes for the next trial: the raylet prestarts them while trials run (a Ray internal, version-checked).
 
 docs/ray.md, "Trial start-up". The raylet hands a new actor an idle process only when the process was started
-for the same job and the same runtime env (the exact serialized string; ``""`` and ``"{}"`` are one), and
-an actor's process exits with the actor, so every trial needs fresh ones: its Train controller, the
+for the same job and the same runtime env (the exact serialized string; ``""`` and ``"{}"`` are one), and an
+actor's process exits with the actor, so every trial start needs fresh ones: its Train controller, the
 controller's synchronization actor, its workers, and its Tune trial actor unless Tune reuses one. Ray
 prestarts idle processes only once, when the first driver connects. The raylet's ``PrestartWorkers`` call
 (no public Python API; its generated gRPC stub, which carries the cluster's auth token) starts N processes
-for a job and runtime env, kept idle for a bounded time: the sweep asks each node that runs its trials for
-what one trial needs whenever a trial starts or ends, so the next trial's processes are already up.
+for a job and runtime env, kept idle for a bounded time.
 
-On the embedded Ray those processes also import torch and Ray Train before they are needed
-(``preload_python_modules``, a raylet setting given at ``ray.init``); importing torch does not touch CUDA
-(Ray sets ``CUDA_VISIBLE_DEVICES`` when a process is leased, after that).
+On the embedded Ray, where the lean trainer gives every trial process the job's runtime env, the sweep keeps
+as many idle processes as the trials about to start need (counted in ``/proc``: the raylet's idle and
+starting workers), and no more once every trial has started. Those processes import torch and Ray Train
+before they are needed (``preload_python_modules``, a raylet setting given at ``ray.init``); importing torch
+does not touch CUDA (Ray sets ``CUDA_VISIBLE_DEVICES`` when a process is leased, after that).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import os
 import time
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-KEEP_ALIVE_S = 60  # an unused warm process goes back after this long (the raylet ends it)
-PRELOAD = ("torch", "torch.distributed", "ray.train.torch", "ray.tune")
+KEEP_ALIVE_S = 120  # an unused warm process goes back after this long (the raylet ends it)
+PRELOAD = ("torch", "torch.distributed", "ray.train.torch")  # what a Train worker and controller import
 RPC_TIMEOUT_S = 5.0
+EVERY_S = 1.0
+IDLE_NAMES = ("ray::IDLE",)  # a registered worker waiting for work (its process title)
+STARTING = ("default_worker.py", "setup_worker.py")  # a worker still starting (its command line)
 
 
 def raylet_settings() -> dict[str, Any]:
@@ -40,6 +44,42 @@ def job_runtime_env() -> str:
     worker: Any = ray._private.worker.global_worker
     info = worker.core_worker.get_job_config().runtime_env_info
     return info.serialized_runtime_env or "{}"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [p.decode(errors="replace") for p in f.read().split(b"\0") if p]
+    except OSError:
+        return []
+
+
+def idle_processes(driver_pid: int | None = None) -> int:
+    """Idle or starting workers of the embedded Ray this process started (children of its raylet)."""
+    count = 0
+    for raylet in _children(driver_pid or os.getpid()):
+        if not any("raylet" in part for part in _cmdline(raylet)[:1]):
+            continue
+        for pid in _children(raylet):
+            cmd = _cmdline(pid)
+            if cmd and (cmd[0].startswith(IDLE_NAMES) or any(part.endswith(STARTING) for part in cmd[:3])):
+                count += 1
+    return count
 
 
 def _request(address: str, job_id: bytes, runtime_env: str, n: int, keep_alive_s: int) -> None:
@@ -61,68 +101,69 @@ def _request(address: str, job_id: bytes, runtime_env: str, n: int, keep_alive_s
 
 
 class Pool:
-    """Asks the raylets for warm processes, off Tune's loop (a request is a gRPC round trip)."""
+    """Keeps the embedded Ray's idle processes at what the trials about to start need."""
 
-    def __init__(self, per_trial: int, keep_alive_s: int = KEEP_ALIVE_S) -> None:
+    def __init__(self, per_trial: int, concurrency: int, total_trials: int | None,
+                 keep_alive_s: int = KEEP_ALIVE_S) -> None:
         import ray
 
-        self.per_trial = per_trial
+        self.per_trial, self.concurrency, self.total = per_trial, max(1, concurrency), total_trials
         self.keep_alive_s = keep_alive_s
         self.job_id = bytes.fromhex(ray.get_runtime_context().get_job_id())
         self.runtime_env = job_runtime_env()
+        node = next(n for n in ray.nodes() if n.get("Alive"))
+        self.address = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
         self.requested = 0
         self.failed: str | None = None
-        self._lock = threading.Lock()
+        self.settle_until = 0.0  # processes asked for appear over seconds: no second ask before then
 
-    def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks into tuner.pkl
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+    def wanted(self, trials: list[Any]) -> int:
+        """Processes the trials that have yet to start (or to resume) will take, up to one wave of them."""
+        waiting = sum(t.status in ("PENDING", "PAUSED") for t in trials)
+        unborn = 0 if self.total is None else max(self.total - len(trials), 0)
+        to_start = waiting + unborn if self.total is not None else self.concurrency
+        return self.per_trial * min(self.concurrency, to_start)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def addresses(self, ips: set[str] | None = None) -> list[str]:
-        import ray
-
-        return [f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}" for n in ray.nodes()
-                if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
-                and (ips is None or n["NodeManagerAddress"] in ips)]
-
-    def top_up(self, ips: set[str] | None = None) -> None:
-        """Ask each node (those with these IPs, or every node with CPUs) for one trial's processes."""
-        if self.failed:
-            return
-        threading.Thread(target=self._top_up, args=(ips,), name="sweeps-warm-pool", daemon=True).start()
-
-    def _top_up(self, ips: set[str] | None) -> None:
-        with self._lock:
-            t0 = time.monotonic()
-            try:
-                for address in self.addresses(ips):
-                    _request(address, self.job_id, self.runtime_env, self.per_trial, self.keep_alive_s)
-                    self.requested += self.per_trial
-            except Exception as exc:  # the call moved or the raylet refused: cold starts from now on
-                self.failed = f"{type(exc).__name__}: {exc}"
-                log.warning("warm pool off: the raylet refused PrestartWorkers (%s); trials start cold", self.failed)
-                return
-            log.debug("asked for %d warm process(es) per node in %.3f s", self.per_trial, time.monotonic() - t0)
+    def refill(self, trials: list[Any]) -> int:
+        """Ask the raylet for the processes missing now; returns how many were asked for."""
+        if self.failed or time.monotonic() < self.settle_until:
+            return 0
+        missing = self.wanted(trials) - idle_processes()
+        if missing <= 0:
+            return 0
+        self.settle_until = time.monotonic() + 2.0 * missing
+        try:
+            _request(self.address, self.job_id, self.runtime_env, missing, self.keep_alive_s)
+        except Exception as exc:  # the call moved or the raylet refused: cold starts from now on
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("warm pool off: the raylet refused PrestartWorkers (%s); trials start cold", self.failed)
+            return 0
+        self.requested += missing
+        return missing
 
 
-def pool_callback(pool: Pool) -> Any:
-    """A Tune callback that tops the pool up on the trial's node whenever a trial starts or ends."""
+def pool_callback(per_trial: int, concurrency: int, total_trials: int | None) -> Any:
+    """A Tune callback that refills the pool every second of Tune's loop (made once Ray runs)."""
     from ray.tune import Callback
 
-    class TopUp(Callback):  # type: ignore[misc]
-        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            pool.top_up(_node_ips(trial))
+    class Refill(Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.pool: Pool | None = None
+            self.next_at = 0.0
 
-        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            pool.top_up(_node_ips(trial))
+        def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks into tuner.pkl
+            return {**self.__dict__, "pool": None}
 
-    return TopUp()
+        def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            if time.monotonic() < self.next_at:
+                return
+            self.next_at = time.monotonic() + EVERY_S
+            if self.pool is None:
+                self.pool = Pool(per_trial, concurrency, total_trials)
+            self.pool.refill(trials)  # a /proc scan and, now and then, one local gRPC call: milliseconds
 
+        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+            if self.pool is not None:
+                log.info("warm pool: asked the raylet for %d process(es) in all", self.pool.requested)
 
-def _node_ips(trial: Any) -> set[str] | None:
-    ip = getattr(getattr(trial, "temporary_state", None), "location", None)
-    ip = getattr(ip, "hostname", None)
-    return {ip} if ip else None
+    return Refill()

@@ -32,6 +32,7 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
         "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
         # Train sets it on its controller itself; set here, the lean trainer's processes inherit it
         "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
+        "PL_DISABLE_FORK": "1",  # Tune sets it on every trial actor itself (a Lightning setting)
     }
     if spec.cluster.mode == "local":
         env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
@@ -89,6 +90,10 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
         return
     levers = warm.current(spec.cluster.mode == "local")
     if spec.cluster.mode == "local":
+        if levers.lean:
+            from sweeps.execution import lean
+
+            lean.lean_trial_actors()
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         ray.init(
             num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs

@@ -14,7 +14,9 @@ calls:
   a PBT exploit, a restore), whose controllers died with the earlier trial actor.
 
 Tune sets a trial RUNNING before the trial's function starts, and only that function creates groups, so a
-group named after a trial that is not RUNNING at a step of Tune's loop has no live owner.
+group named after a trial that is not RUNNING at a step of Tune's loop has no live owner. A finished run's
+controller removes its own group as it ends (asynchronously), so a group is freed only when it is found
+orphaned at two scans in a row: the reaper never races a removal already under way.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def reaper_callback(sweep_id: str) -> Any:
         def __init__(self) -> None:
             self.next_at = 0.0
             self.freed = 0
+            self.suspects: set[str] = set()  # orphaned at the last scan
 
         def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
             if time.monotonic() < self.next_at:
@@ -96,9 +99,11 @@ def reaper_callback(sweep_id: str) -> Any:
             self.next_at = time.monotonic() + EVERY_S
             self.reap({t.trial_id for t in trials if t.status == "RUNNING"})
 
-        def reap(self, running: set[str]) -> None:
+        def reap(self, running: set[str], at_once: bool = False) -> None:
             try:
-                names = orphans(sweep_id, running)
+                found = orphans(sweep_id, running)
+                names = found if at_once else [n for n in found if n in self.suspects]
+                self.suspects = set(found) - set(names)
                 n = remove(names)
             except Exception as exc:  # the GCS is busy or going away: the next step tries again
                 log.debug("placement-group reaper: %s", exc)
@@ -108,6 +113,6 @@ def reaper_callback(sweep_id: str) -> Any:
                 log.info("freed %d placement group(s) of stopped trials (%s)", n, ", ".join(names))
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-            self.reap(set())
+            self.reap(set(), at_once=True)
 
     return Reaper()

@@ -22,7 +22,7 @@ def train_dir(spec: SweepSpec, sweep_id: str) -> str:
     return uris.join(spec.storage_path, f"{sweep_id}-train")
 
 
-def run_callbacks(spec: SweepSpec, sweep_id: str) -> list[Any]:
+def run_callbacks(spec: SweepSpec, sweep_id: str, plan: Plan | None = None) -> list[Any]:
     """The Tuner's own callbacks (after the tracker): result loggers, the checkpoint keeper (PBT pins,
     latest checkpoints kept for resume, clean-up), the placement-group reaper and the warm pool (when those
     levers are on). ``sweeps resume`` sets them again on a restored Tuner."""
@@ -33,8 +33,8 @@ def run_callbacks(spec: SweepSpec, sweep_id: str) -> list[Any]:
     out = [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
     if levers.lean:
         out.append(reaper.reaper_callback(sweep_id))
-    if levers.pool:
-        out.append(pool.pool_callback(pool.Pool(processes_per_trial(spec, levers))))
+    if levers.pool and plan is not None and spec.cluster.mode == "local":
+        out.append(pool.pool_callback(processes_per_trial(spec, levers), plan.concurrent_trials, plan.total_trials))
     return out
 
 
@@ -152,7 +152,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     run_config = tune.RunConfig(
         name=name or sweep_id,
         storage_path=spec.storage_path,
-        callbacks=[*callbacks, *extra, *run_callbacks(spec, sweep_id)],
+        callbacks=[*callbacks, *extra, *run_callbacks(spec, sweep_id, plan)],
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,

@@ -57,11 +57,15 @@ def _internals_missing() -> str | None:
         from ray.train.v2._internal.execution.controller.controller import TrainController
         from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGroup
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+        from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE, _ActorClassCache
     except ImportError as exc:
         return f"a Ray Train internal moved: {exc}"
     needs = ((DataParallelTrainer, "_initialize_and_run_controller"),
              (DataParallelTrainer, "_create_default_callbacks"), (TrainController, "worker_group_cls"),
-             (WorkerGroup, "_get_worker_runtime_env"), (WorkerGroup, "_create_placement_group"))
+             (WorkerGroup, "_get_worker_runtime_env"), (WorkerGroup, "_create_placement_group"),
+             (_ActorClassCache, "get"))
+    if not isinstance(DEFAULT_ENV_VARS, dict) or not ENV_VARS_TO_PROPAGATE:
+        return "Tune's trial-actor environment moved"
     missing = [f"{cls.__name__}.{name}" for cls, name in needs if not hasattr(cls, name)]
     return f"Ray Train lacks {', '.join(missing)}" if missing else None
 

@@ -50,7 +50,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     if not tune.Tuner.can_restore(exp_dir):
         raise BadInput(f"SWEEP_ID: no resumable Tune state in {exp_dir} (the driver died before Tune saved "
                        f"its first snapshot); start the sweep again")
-    with launched(spec) as (_plan, c):
+    with launched(spec) as (the_plan, c):
         _reopen_parent(c, rec)
         rec = claim(rec.sweep_id, status="running")
         # A killed driver's last saved state may name a latest checkpoint that Tune deleted after saving it.
@@ -62,7 +62,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
         if internal is None:
             raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
-        internal.get_run_config().callbacks = [tracker, *tuner_mod.run_callbacks(spec, rec.sweep_id),
+        internal.get_run_config().callbacks = [tracker, *tuner_mod.run_callbacks(spec, rec.sweep_id, the_plan),
                                                *tuner_mod.restored_callbacks(spec)]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
