@@ -55,6 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise kept
 
 
+
 def _template_store() -> Path:
     """An empty, migrated MLflow SQLite store, made once per machine and MLflow version.
 

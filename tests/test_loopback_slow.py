@@ -1,13 +1,16 @@
-"""Loopback by default, measured: every listening socket of an embedded sweep's process tree (the driver, Ray's
-gcs_server, raylet, agents, every worker, the Train workers' torch rendezvous) and of ``sweeps ui`` (the MLflow
-server and its uvicorn) is on 127.0.0.1 or ::1. Sampled with psutil over the whole tree while it runs. Slow tier.
+"""Loopback by default, measured: every listening TCP socket and every bound UDP socket of an embedded sweep's
+process tree (the driver, Ray's gcs_server, raylet, agents, every worker, the Train workers' torch rendezvous)
+and of ``sweeps ui`` (the MLflow server and its uvicorn) is on 127.0.0.1 or ::1. Sampled with psutil over the
+whole tree for the whole run. Slow tier.
 """
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import threading
-import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,7 @@ class Listener:
     ip: str
     port: int
     family: str
+    kind: str  # "tcp" (listening) or "udp" (bound)
 
 
 def is_loopback(ip: str) -> bool:
@@ -54,12 +58,14 @@ class Sampler:
                 cmd = p.cmdline()  # the executable's own name first: a long install path must not cut it off
                 name = (" ".join([cmd[0].rsplit("/", 1)[-1], *cmd[1:]]) if cmd else p.name())[:120]
                 self.names[p.pid] = name
-                conns = p.net_connections(kind="tcp")
+                conns = p.net_connections(kind="inet")
             except psutil.Error:
                 continue
             for c in conns:
-                if c.status == psutil.CONN_LISTEN:
-                    self.seen.add(Listener(p.pid, self.names[p.pid], c.laddr.ip, c.laddr.port, c.family.name))
+                udp = c.type == socket.SOCK_DGRAM
+                if (udp and c.laddr and not c.raddr) or c.status == psutil.CONN_LISTEN:
+                    self.seen.add(Listener(p.pid, self.names[p.pid], c.laddr.ip, c.laddr.port, c.family.name,
+                                           "udp" if udp else "tcp"))
 
     def _loop(self, interval: float) -> None:
         while not self._stop.is_set():
@@ -81,7 +87,8 @@ class Sampler:
 def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
+        # scheduler=median: the one end-to-end run of the median-stopping rule (one trial: it stops nothing)
+        proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=median",
                          "trainable.num_workers=2", "trainable.params.epochs=3", "report.enabled=false",
                          "cluster.worker_start_timeout_s=60")
         with Sampler(proc.pid) as sampler:
@@ -95,6 +102,16 @@ def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
         assert len({x.pid for x in train}) == 2 and len(train) >= 3, train
         assert len(sampler.seen) >= 10, sampler.seen
         assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
+        # the rendezvous the workers used (reported by rank 0) is one of the Train workers' sampled listeners
+        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
+        rec = json.loads(rec_path.read_text())
+        assert rec["scheduler"] == "median"
+        (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
+        first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
+        host, port = first["sys/rendezvous"].rsplit(":", 1)
+        assert is_loopback(host), first["sys/rendezvous"]
+        store = [x for x in train if x.port == int(port) and x.kind == "tcp"]
+        assert store and all(is_loopback(x.ip) for x in store), (first["sys/rendezvous"], train)
     finally:
         env.cleanup()
 
@@ -106,17 +123,16 @@ def test_sweeps_ui_listens_on_loopback_only(tmp_path: Path) -> None:
     port = free_port()
     proc = env.popen("ui", "--port", str(port))
     try:
-        with Sampler(proc.pid) as sampler:
-            wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), timeout=180, what="the MLflow UI")
-            time.sleep(1.0)
-            sampler.sample()
+        with Sampler(proc.pid, interval=0.1) as sampler:  # from its start to its exit
+            wait_for(lambda: healthy(f"http://127.0.0.1:{port}"), timeout=180, interval=0.2, what="the MLflow UI")
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:  # a page served
+                assert page.status == 200
+            proc.send_signal(signal.SIGTERM)  # sweeps ui stops its server and exits
+            proc.wait(timeout=60)
         assert any(x.port == port for x in sampler.seen), sampler.seen
         assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
     finally:
-        proc.send_signal(signal.SIGTERM)  # sweeps ui stops its server and exits
-        try:
-            proc.wait(timeout=60)
-        except Exception:
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
         env.cleanup()

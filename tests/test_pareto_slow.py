@@ -21,14 +21,15 @@ POINTS = [f"{{hidden_size: {h}, num_layers: 1, lr: 0.03, batch_size: 32, weight_
 def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=6", "trainable.params.epochs=3",
+        proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=4", "trainable.params.epochs=3",
                        "scheduler.grace_period=1",
                        "search_space.hidden_size={dist: choice, values: [4, 8, 16, 32, 64, 96]}",
                        "+search_space.num_layers={dist: choice, values: [1, 2]}",
                        "search_space.lr={dist: choice, values: [0.03]}", "sweep.constraints={model/params: '<= 5000'}",
                        "search_space.batch_size={dist: choice, values: [32]}",
                        "search_space.weight_decay={dist: choice, values: [0.0001]}",
-                       # first (NSGA-II's first generation is random): three small sizes (a front), one too big
+                       # the 4 trials are these points (NSGA-II's first generation would be random): three small
+                       # sizes (a front), one too big
                        f"sweep.points_to_evaluate=[{','.join(POINTS)}]", *FAST, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         (path,) = list((env.home / "sweeps").glob("[!.]*.json"))

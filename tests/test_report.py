@@ -370,7 +370,12 @@ def test_real_sweep_report_artifacts_and_commands(sweeps_env: Any) -> None:
     assert len(rows) == 2 and {r["status"] for r in rows} == {"TERMINATED"}
     assert rows[0]["rank"] == "1" and rows[0]["trial_id"] == rec.best["trial_id"]
     assert float(rows[0]["best/val/acc"]) == pytest.approx(rec.best["value"])
-    assert all(float(r["cpu_s"]) == pytest.approx(3 * float(r["wall_s"]), rel=1e-3) for r in rows)
+    # a trial holds its driver and its Train workers' CPUs for its wall time: from the sweep's own config
+    cfg = rec.config
+    held = cfg["cluster"]["driver_cpus"] + cfg["trainable"]["num_workers"] * float(
+        (cfg["trainable"].get("resources_per_worker") or {}).get("CPU", 1))
+    assert held == 3.0, "quickstart: a driver and 2 one-CPU workers"
+    assert all(float(r["cpu_s"]) == pytest.approx(held * float(r["wall_s"]), rel=1e-3) for r in rows)
     text = (out / "summary.md").read_text()
     assert f"trial **{rec.best['trial_id']}**" in text
     assert "importance: not computed: needs at least 3 finished trials" in text  # 2 trials only
@@ -426,10 +431,34 @@ def test_real_sweep_report_artifacts_and_commands(sweeps_env: Any) -> None:
     assert listing[0].split() == ["sweep_id", "experiment", "date", "status", "best", "trials"]
     assert listing[1].startswith(rec.sweep_id) and "finished" in listing[1] and listing[1].split()[-1] == "2"
 
-    sweeps_env.run("compare", rec.sweep_id, "latest", check=True)
-    cmp_dir = sweeps_env.root / "reports" / "compare" / f"{rec.sweep_id}__vs__{rec.sweep_id}"
+    # the HTML report alone, rebuilt from the stored sweep
+    sweeps_env.run("report", rec.sweep_id, "--format", "html", "--out", "html_only", check=True)
+    assert sorted(p.name for p in (sweeps_env.root / "html_only").iterdir()) == ["report.html"]
+    page = Page()
+    page.feed((sweeps_env.root / "html_only" / "report.html").read_text())
+    assert rec.best["trial_id"] in " ".join(" ".join(r) for r in page.rows) and page.imgs
+
+    # a second, different sweep (1 trial, 1 epoch, 1 worker) whose report goes where report.dir says, top 1 only
+    sweeps_env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "trainable.params.epochs=1",
+                   "trainable.num_workers=1", "scheduler=fifo", "report.dir=elsewhere", "report.top_k=1",
+                   "cluster.worker_start_timeout_s=60", timeout=900, check=True)
+    other = next(r for r in store.all_records() if r.sweep_id != rec.sweep_id)
+    other_out = sweeps_env.root / "elsewhere" / "quickstart" / other.sweep_id
+    assert (other_out / "summary.md").is_file() and not (sweeps_env.root / "reports" / "quickstart" /
+                                                           other.sweep_id).exists()
+    assert len(md_tables((other_out / "summary.md").read_text(), "Leaderboard")) == 1
+
+    sweeps_env.run("compare", rec.sweep_id, other.sweep_id, check=True)
+    cmp_dir = sweeps_env.root / "reports" / "compare" / f"{rec.sweep_id}__vs__{other.sweep_id}"
     cmp_text = (cmp_dir / "compare.md").read_text()
-    assert "both reach val/acc" in cmp_text and (cmp_dir / "compare.html").is_file()
+    assert (cmp_dir / "compare.html").is_file()
     side = {r[0]: r for r in md_tables(cmp_text, "Comparison")}
-    assert side["best trial"][1] == side["best trial"][2] == rec.best["trial_id"]
-    assert float(side["CPU-seconds"][1]) > 0 and side["CPU-seconds"][3] == "+0"
+    assert side["best trial"][1:3] == [rec.best["trial_id"], other.best["trial_id"]]
+    a_rows = list(csv.DictReader((out / "trials.csv").open()))
+    b_rows = list(csv.DictReader((other_out / "trials.csv").open()))
+    cpu_a, cpu_b = (sum(float(r["cpu_s"]) for r in t) for t in (a_rows, b_rows))
+    assert float(side["CPU-seconds"][1]) == pytest.approx(cpu_a, rel=1e-2)
+    assert float(side["CPU-seconds"][2]) == pytest.approx(cpu_b, rel=1e-2)
+    assert float(side["CPU-seconds"][3]) == pytest.approx(cpu_b - cpu_a, rel=1e-2, abs=0.1), side["CPU-seconds"]
+    epochs_a, epochs_b = (sum(int(r["epochs_run"]) for r in t) for t in (a_rows, b_rows))
+    assert side["epochs trained"][1:4] == [str(epochs_a), str(epochs_b), f"{epochs_b - epochs_a:+d}"]

@@ -529,8 +529,8 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
     # Night 3 regresses (a learning rate that cannot learn in 2 epochs; the good warm-start points fall outside
     # the new space): `schedule run` exits 4 through the CLI and says by how much.
     sweeps_env.run("schedule", "add", "nightly", *NIGHT, "search_space.lr={dist: choice, values: [0.000001]}",
-                   "schedule.regression_tolerance=0.01", "--cron", "0 2 * * *", "--systemd", "--replace",
-                   check=True, timeout=120)
+                   "sweep.num_samples=1", "schedule.regression_tolerance=0.01", "--cron", "0 2 * * *", "--systemd",
+                   "--replace", check=True, timeout=120)
     proc = sweeps_env.run("schedule", "run", "nightly", timeout=600)
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "worse than the previous run's" in proc.stderr and night2["sweep_id"] in proc.stderr

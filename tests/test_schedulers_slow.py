@@ -24,8 +24,10 @@ def _rows(trial_dir: Path) -> list[dict]:
 def test_pbt_exploits_donor_checkpoint_and_uses_mutated_lr(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        env.run("run", "+experiment=digits_pbt", "sweep.num_samples=4", "sweep.max_concurrent_trials=4",
+        # 2 trials: with quantile_fraction 0.5 the worse one exploits the better one at every interval
+        env.run("run", "+experiment=digits_pbt", "sweep.num_samples=2", "sweep.max_concurrent_trials=2",
                 "trainable.num_workers=1", "trainable.params.epochs=4", "scheduler.perturbation_interval=2",
+                "scheduler.quantile_fraction=0.5",
                 "search_space.lr={dist: loguniform, low: 0.00001, high: 0.1}", "report.enabled=true",
                 check=True, timeout=900)
         rec = _index(env)

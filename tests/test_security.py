@@ -280,20 +280,6 @@ def test_loopback_switch_is_set_and_undone(monkeypatch: pytest.MonkeyPatch) -> N
     assert rc.ENABLE_RAY_CLUSTER == before and loopback.SWITCH not in __import__("os").environ
 
 
-def test_private_ray_names_the_loopback_backend_needs() -> None:
-    """Pins the private Ray Train names sweeps.execution.loopback subclasses (ray 2.60)."""
-    import inspect
-
-    from ray.train._internal.worker_group import WorkerGroup  # noqa: F401
-    from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend
-
-    assert callable(_set_torch_distributed_env_vars)
-    assert list(inspect.signature(_TorchBackend.on_start).parameters) == ["self", "worker_group", "backend_config"]
-    assert isinstance(TorchConfig().backend_cls, type)
-    import torch.distributed as dist
-
-    assert "master_listen_fd" in (dist.TCPStore.__init__.__doc__ or "") + str(dist.TCPStore.__doc__)
-
 
 # -- through the CLI ------------------------------------------------------------------------------------------
 

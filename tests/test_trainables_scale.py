@@ -303,16 +303,40 @@ def test_ray_data_sweep_shards_disjointly_and_reaches_tune_and_mlflow(wine_sweep
             assert h["opt/grad_accum_steps"] == 2 and h["sys/world_size"] == 2
             assert h["time/data_s"] > 0 and h["time/compute_s"] > 0 and 0 < h["time/data_frac"] < 1
         assert [h["epoch"] for h in t.history] == [1, 2]
-        assert t.best_checkpoint and json.loads(Path(t.best_checkpoint, "meta.json").read_text())["epoch"] >= 1
+        assert t.best_checkpoint
+        saved = json.loads(Path(t.best_checkpoint, "meta.json").read_text())["epoch"]
+        best = max(h["val/acc"] for h in t.history)
+        assert saved in {h["epoch"] for h in t.history if h["val/acc"] == best}, "the checkpoint of its best epoch"
     assert max(max(t.values("val/acc")) for t in trials) >= 0.85, "it learned the wine classes"
     _assert_tracked(env, rec, n=2, epochs=2)
 
 
 @pytest.mark.slow
 def test_ray_data_sweep_promotes_with_the_files_validation_split(wine_sweep) -> None:  # noqa: ANN001
-    env, _ = wine_sweep
+    """The accuracy promote records is the champion's accuracy on the Parquet file's own validation rows
+    (recomputed here, from the file and the registered model)."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    env, rec = wine_sweep
     proc = env.run("promote", "latest", "--model-name", "wine-test", check=True, timeout=600)
-    assert "registered wine-test version 1 as @champion" in proc.stdout and "accuracy" in proc.stdout
+    assert "registered wine-test version 1 as @champion" in proc.stdout
+    version = mlflow_client(env.tracking_uri).get_model_version_by_alias("wine-test", "champion")
+    recorded = float(version.tags["accuracy"])
+    params = rec["config"]["trainable"]["params"]
+    data = {**(params.get("data") or {}), "path": str(env.home / "data" / "wine.parquet")}
+    settings = tabular_data.data_settings({"data": data})
+    table = pq.read_table(settings.path).to_pandas()
+    val = table[tabular_data.is_val(table[settings.id_column].to_numpy(), settings.val_fraction)]
+    assert 0 < len(val) < len(table), "the file's own split: some rows, not all"
+    mlflow.set_tracking_uri(env.tracking_uri)
+    model = mlflow.pyfunc.load_model("models:/wine-test@champion")
+    features = tabular_data.feature_columns(settings)
+    pred = model.predict(pd.DataFrame(val[features].to_numpy(np.float32), columns=features))
+    ours = float(np.mean(pred["label"].to_numpy() == val[settings.label].to_numpy()))
+    assert recorded == pytest.approx(ours), (recorded, ours, len(val))
 
 
 @pytest.fixture(scope="module")

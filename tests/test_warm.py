@@ -31,8 +31,8 @@ def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
 
     assert ray.__version__.startswith(warm.CHECKED), "the installed Ray is the one the levers were read against"
     levers = warm.levers(local=True)
-    assert (levers.lean, levers.pool, levers.reuse) == (True, True, True), levers.why_off
-    assert levers.describe() == "warm start: lean, pool, reuse"
+    assert (levers.lean, levers.pool, levers.reuse) == (True, True, False), levers.why_off
+    assert levers.describe().startswith("warm start: lean, pool; reuse off (opt-in")
 
 
 @pytest.mark.parametrize("version", ["2.59.1", "2.61.0", "3.0.0"])
@@ -40,7 +40,7 @@ def test_another_ray_version_falls_back_to_the_public_path_and_says_why(
         version: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(warm.TEST_VERSION, version)
     levers = warm.levers(local=True)
-    assert not levers.lean and not levers.pool and levers.reuse, "reuse_actors is Tune's public setting"
+    assert not levers.lean and not levers.pool and not levers.reuse
     assert f"ray {version} is not a version it was checked against" in levers.why_off["lean"]
     assert "lean off" in levers.describe() and "pool off" in levers.describe()
 
@@ -57,12 +57,12 @@ def test_a_trial_setup_follows_the_levers(monkeypatch: pytest.MonkeyPatch) -> No
     from sweeps.execution import tuner
 
     spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
-    assert tuner.trial_setup(spec, "s1").lean and tuner.reuse_actors(spec)
+    assert tuner.trial_setup(spec, "s1").lean and not tuner.reuse_actors(spec)
     monkeypatch.setattr(warm, "_current", None)
     monkeypatch.setenv(warm.TEST_VERSION, "2.61.0")
     assert not tuner.trial_setup(spec, "s1").lean
-    monkeypatch.setenv("SWEEPS_REUSE_ACTORS", "0")
-    assert not tuner.reuse_actors(spec), "an explicit SWEEPS_REUSE_ACTORS wins"
+    monkeypatch.setenv("SWEEPS_REUSE_ACTORS", "1")
+    assert tuner.reuse_actors(spec), "an explicit SWEEPS_REUSE_ACTORS wins"
 
 
 def test_placement_group_names_carry_sweep_and_trial() -> None:

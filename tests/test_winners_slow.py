@@ -34,7 +34,7 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
     hook = {"SWEEPS_TEST_HOOK": receiver.url}  # given as ${oc.env:...}: a later `promote` composes it again
     try:
         env.run("run", *TINY, "sweep.max_concurrent_trials=2",
-                "search_space.lr={dist: choice, values: [0.003, 0.03, 0.1]}", "searcher=grid",
+                "search_space.lr={dist: choice, values: [0.003, 0.1]}", "searcher=grid",
                 "search_space.hidden_size={dist: choice, values: [32]}",
                 "notify.webhook_url=${oc.env:SWEEPS_TEST_HOOK}", "search_space.batch_size={dist: choice, values: [64]}",
                 "sweep.num_samples=1", check=True,

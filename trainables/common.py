@@ -325,7 +325,8 @@ def worker_facts(model: Any, rank: int, local_rank: int) -> dict[str, str]:
 
     ``sys/workers``: a JSON list, in rank order, of ``{"rank", "local_rank", "device"}``, where ``device`` is
     where the model's parameters live (``cuda:1``, ``cpu``), so a silent CPU fallback shows; ``sys/backend``:
-    torch.distributed's backend (``nccl``, ``gloo``; ``none`` without a process group). Strings: they reach
+    torch.distributed's backend (``nccl``, ``gloo``; ``none`` without a process group); ``sys/rendezvous``: the
+    ``MASTER_ADDR:MASTER_PORT`` of the process group's store (rank 0 listens there). Strings: they reach
     Tune's result rows, not MLflow's metrics.
     """
     import torch.distributed as dist
@@ -335,7 +336,8 @@ def worker_facts(model: Any, rank: int, local_rank: int) -> dict[str, str]:
         return {"sys/workers": json.dumps([mine]), "sys/backend": "none"}
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)  # rank order
-    return {"sys/workers": json.dumps(every), "sys/backend": str(dist.get_backend())}
+    rendezvous = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    return {"sys/workers": json.dumps(every), "sys/backend": str(dist.get_backend()), "sys/rendezvous": rendezvous}
 
 
 def parameter_count(model: Any) -> int:

@@ -6,7 +6,10 @@ docs/ray.md, "Trial start-up". The levers:
   runtime env, so they can take prestarted processes; no per-run placement-group cleaner or Data manager.
 - ``pool``: warm processes prestarted on the trials' nodes while trials run (:mod:`sweeps.execution.pool`),
   with torch and Ray Train imported ahead (embedded Ray only).
-- ``reuse``: Tune's ``reuse_actors``: a finished trial's driver process runs the next trial.
+- ``reuse``: Tune's ``reuse_actors`` (a finished trial's driver process runs the next trial): off unless
+  ``SWEEPS_REUSE_ACTORS=1``. Measured against it: Tune fails the *next* trial when the previous trial's
+  function has not ended within ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (a trial whose node was lost), and a
+  reused driver reported one Train worker's pid for three trials; the pool serves trial actors instead.
 
 Each lever that touches Ray internals is checked against the installed Ray version (and the names it uses)
 before the sweep starts; one that does not match is off, with one log line saying why, and the sweep runs
@@ -97,7 +100,8 @@ def levers(local: bool) -> Levers:
             why_off["pool"] = reason
     if "pool" not in why_off and "lean" in why_off:
         why_off["pool"] = "needs the lean trainer (Train's own processes never take prestarted ones)"
-    return Levers("lean" not in why_off, "pool" not in why_off, True, why_off)
+    why_off["reuse"] = "opt-in (SWEEPS_REUSE_ACTORS=1): Tune fails the next trial when a reused driver is slow to end"
+    return Levers("lean" not in why_off, "pool" not in why_off, False, why_off)
 
 
 _current: Levers | None = None
@@ -108,6 +112,6 @@ def current(local: bool) -> Levers:
     global _current
     if _current is None:
         _current = levers(local)
-        quiet = not _current.why_off or switched_off()
+        quiet = set(_current.why_off) <= {"reuse"} or switched_off()
         (log.info if quiet else log.warning)("%s", _current.describe())
     return _current
