@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # SWEEPS_TEST_WORKERS=0 runs it in this process instead.
 workers=${SWEEPS_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
-  .venv/bin/python -m pytest -m "slow" --durations=40 "$@"
+  .venv/bin/python -m pytest -m "slow" --durations=0 "$@"
 else
-  .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=40 "$@"
+  .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=0 "$@"
 fi
