@@ -50,13 +50,14 @@ class SweepRecord:
     slots: int | None = None
     driver_host: str | None = None  # with driver_pid, driver_token, driver_proc: who runs it (sweeps.lease)
     lease_expires: float | None = None
-    stop_reason: str | None = None  # "time_budget" / "resource_budget" when a budget ended the sweep
+    stop_reason: str | None = None  # "time_budget" / "resource_budget" / "stalled": why the sweep ended early
     hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
     confirm_dirs: list[str] = field(default_factory=list)  # the Tune experiments of `sweeps confirm`
     confirmed: list[dict[str, Any]] = field(default_factory=list)  # each configuration's interval, best first
     pareto: list[dict[str, Any]] = field(default_factory=list)  # multi-objective: every trial's point and rank
     driver_token: str = ""  # the driver's random token (empty in records of older versions)
     driver_proc: str = ""  # where driver_pid means something (sweeps.lease.Holder.proc)
+    per_trial: dict[str, float] = field(default_factory=dict)  # what one trial holds (execution.plan.per_trial)
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

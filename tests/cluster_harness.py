@@ -232,14 +232,15 @@ class Cluster:
             path.chmod(0o600)
         return path.read_text().strip()
 
-    def start_head(self, env: dict[str, str] | None = None) -> Node:
+    def start_head(self, env: dict[str, str] | None = None, dashboard: bool = True) -> Node:
         """The head: 0 CPUs (trials must go to worker nodes), dashboard and job server on 127.0.0.1, hidden from
-        this project too (a Ray Job's driver gets the code from its ``--working-dir``)."""
+        this project too (a Ray Job's driver gets the code from its ``--working-dir``). ``dashboard=False``: a
+        head without the dashboard (a minimal image): no State API, no job server."""
         assert self.token
-        self.port, self.dashboard_port = free_port(), free_port()
-        extra = ["--head", "--port", str(self.port), "--num-cpus", "0", "--dashboard-host", "127.0.0.1",
-                 "--dashboard-port", str(self.dashboard_port), "--include-dashboard", "true",
-                 "--ray-client-server-port", str(free_port())]
+        self.port, self.dashboard_port = free_port(), free_port() if dashboard else 0
+        extra = ["--head", "--port", str(self.port), "--num-cpus", "0", "--ray-client-server-port", str(free_port())]
+        extra += (["--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
+                   "--include-dashboard", "true"] if dashboard else ["--include-dashboard", "false"])
         for attempt in range(3):  # see start_worker: a loaded machine can miss Ray's 30 s start-up window
             self.head = self._start_node("head" if attempt == 0 else f"head-{attempt}", extra, env)
             try:
@@ -334,9 +335,27 @@ class Cluster:
         except (OSError, KeyError, ValueError):
             return []
 
+    def gcs(self, code: str, timeout: float = 120) -> object:
+        """Run ``code`` (which sets ``out``) in a short-lived driver of this cluster: its GCS, no dashboard."""
+        script = (f"import json, ray\nray.init(address={self.address!r}, logging_level='ERROR', "
+                  f"log_to_driver=False)\n{code}\nprint('GCS-OUT ' + json.dumps(out))")
+        proc = subprocess.run([sys.executable, "-c", script], env=self.client_env(), capture_output=True, text=True,
+                              timeout=timeout, cwd=self.tmp)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("GCS-OUT ")), None)
+        if line is None:
+            raise AssertionError(f"GCS probe failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        return json.loads(line[len("GCS-OUT "):])
+
     def _node_ids(self) -> dict[str, str]:
         """temp dir -> node id of the alive nodes (each node's object store socket lies in its temp dir)."""
         found: dict[str, str] = {}
+        if not self.dashboard_port:  # no dashboard: ask the GCS
+            nodes = self.gcs("out = [n for n in ray.nodes() if n['Alive']]")
+            for n in nodes if isinstance(nodes, list) else []:
+                for d in [self.head, *self.workers]:
+                    if d is not None and str(d.temp_dir) in n.get("ObjectStoreSocketName", ""):
+                        found[str(d.temp_dir)] = n["NodeID"]
+            return found
         for n in self.nodes():
             for d in [self.head, *self.workers]:
                 sock = n.get("objectStoreSocketName", "")

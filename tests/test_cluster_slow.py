@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import REPO, Cluster, S3Server, WorkerNode, start_s3, wait_until
-from conftest import SweepsEnv
+from conftest import SweepsEnv, mlflow_client
 
 from sweeps import uris
 from sweeps.tracking import server as mlflow_server
@@ -337,3 +337,10 @@ def test_node_loss_restores_the_trial_that_ran_there(parts: Parts, tmp_path: Pat
     assert after[0]["epoch"] == restored + 1, f"epochs do not continue from the checkpoint: {story}"
     epochs = [r["epoch"] for r in trial]
     assert epochs.count(1) == 1 and epochs[-1] == 8, story
+    # MLflow tells the same story: one run per trial (a restart is not a new trial), each epoch logged once
+    m = mlflow_client(parts.mlflow.url)
+    children = m.search_runs([rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")
+    assert len(children) == 2 and len({r.data.tags["sweeps.trial_id"] for r in children}) == 2
+    run = next(r for r in children if r.data.tags["sweeps.trial_id"] == trial[0]["trial_id"])
+    steps = [h.step for h in m.get_metric_history(run.info.run_id, "val/acc")]
+    assert sorted(steps) == list(range(1, 9)) and run.info.status == "FINISHED", (steps, story)

@@ -201,8 +201,9 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     import ray.cloudpickle
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from sweeps.execution.concurrency import Capacity, Census, make_elastic, process_census
-    from sweeps.execution.tuner import restored_callbacks
+    from sweeps.execution import plan as plan_mod
+    from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic, process_census
+    from sweeps.execution.tuner import observers
     from sweeps.ops.prepare import prepare
 
     class Fixed(Capacity):
@@ -216,14 +217,18 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     (census,) = [c for c in cells if isinstance(c, Census)]
     assert census is process_census()
     spec = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000"])
-    (callback,) = restored_callbacks(spec)
+    local = prepare(["+experiment=quickstart"])
+    the_plan = plan_mod.make_plan(local, plan_mod.local_resources(local), local=True)
+    census_type = type(census_callback(process_census()))
+    (callback,) = [c for c in observers(spec, the_plan, "s1", "s1") if type(c).__name__ == census_type.__name__]
 
     class Paused:
         status, trial_id = "PAUSED", "t1"
 
     callback.on_step_begin(0, [Paused()])
     assert census.paused == {"t1"}
-    assert restored_callbacks(prepare(["+experiment=quickstart"])) == []
+    assert not [c for c in observers(local, the_plan, "s1", "s1") if type(c).__name__ == census_type.__name__], \
+        "the embedded Ray has no census: a paused trial gives its slot back"
 
 
 def test_a_paused_trial_is_resumed_only_while_the_cluster_has_room_for_it() -> None:

@@ -80,31 +80,52 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
         env.cleanup()
 
 
-def test_a_cpu_hour_budget_stops_starting_trials_and_the_finished_event_is_sent(tmp_path: Path) -> None:
+def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_extend(tmp_path: Path) -> None:
+    """One sweep for the resource budget end to end: trial drivers hold a logical GPU (a fake GPU on this CPU
+    box), `sweep.budget.gpu_hours` stops starting trials, the hours recorded are the bundles x the time each
+    trial held them (compared with its MLflow run's start and end, which Tune's callbacks set), `--dry-run`
+    estimates the next sweep's hours from it, `extend` finds the budget spent and starts nothing, and the
+    finished event reaches a receiver configured by `notify.on`/`notify.timeout_s`."""
     env = SweepsEnv(tmp_path)
     receiver = Receiver("ok")
-    budget = 0.03  # CPU-hours: a 2-CPU trial of 2 epochs holds roughly a third to a half of it
+    # 2 epochs of >= 5 s each: a trial holds its GPU >= 10 s; 25 GPU-seconds fit one trial, never two
+    budget = 25 / 3600
+    gpu = ["cluster.num_gpus=1", "cluster.driver_resources={GPU: 1}", "+trainable.params.epoch_sleep_s=5"]
     try:
-        proc = env.run("run", *TINY, "sweep.num_samples=8", "sweep.max_concurrent_trials=1",
-                       f"sweep.budget.cpu_hours={budget}", f"notify.webhook_url={receiver.url}", timeout=900)
+        proc = env.run("run", *TINY, *gpu, "sweep.num_samples=8", "sweep.max_concurrent_trials=1",
+                       f"sweep.budget.gpu_hours={budget}", f"notify.webhook_url={receiver.url}",
+                       "notify.on=[finished]", "notify.timeout_s=3", timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rec = _index(env)
         assert rec["stop_reason"] == "resource_budget" and 1 <= rec["counts"]["total"] < 8, rec["counts"]
-        per_trial = []
-        for d in (d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()):
-            rows = [json.loads(x) for x in (d / "result.json").read_text().splitlines() if x.strip()]
-            per_trial.append(rows[-1]["time_total_s"] * 2 / 3600)  # driver + 1 worker
-        used = rec["hours"]["cpu_used"]
-        assert used == pytest.approx(sum(per_trial), rel=1e-6)
-        assert used <= budget + max(per_trial), f"{used:.4f} CPU-h used for a budget of {budget}"
-        assert "CPU-hours used of 0.03" in (env.root / "reports" / "quickstart" / rec["sweep_id"]
-                                            / "summary.md").read_text()
-        parent = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
-        assert float(parent["hours.cpu_used"]) == pytest.approx(used, abs=1e-4)
+        assert rec["per_trial"] == {"CPU": 2.0, "GPU": 1.0}, "driver (1 CPU, 1 GPU) + 1 worker (1 CPU)"
+        c = mlflow_client(env.tracking_uri)
+        runs = c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")
+        held_s = [(r.info.end_time - r.info.start_time) / 1000 for r in runs]
+        assert len(held_s) == rec["counts"]["total"] and all(s >= 10 for s in held_s), held_s
+        used = rec["hours"]["gpu_used"]
+        assert used * 3600 == pytest.approx(sum(held_s), abs=2.0 * len(held_s)), (used * 3600, held_s)
+        assert rec["hours"]["cpu_used"] == pytest.approx(2 * used, rel=1e-6)
+        assert used <= budget + max(held_s) / 3600, f"{used * 3600:.1f} GPU-s used for a budget of 25"
+        assert "GPU-hours used of" in (env.root / "reports" / "quickstart" / rec["sweep_id"] / "summary.md").read_text()
+        parent = c.get_run(rec["parent_run_id"]).data.tags
+        assert float(parent["hours.gpu_used"]) == pytest.approx(used, abs=1e-4)
         events = [b for _, b in receiver.bodies]
         assert [e["event"] for e in events] == ["finished"] and events[0]["sweep_id"] == rec["sweep_id"]
         assert receiver.url not in json.dumps(rec) and receiver.url not in proc.stdout + proc.stderr, \
             "the webhook URL is a secret"
+
+        dry = env.run("run", *TINY, *gpu, "sweep.num_samples=8", "--dry-run", check=True).stdout
+        per = rec["hours"]["cpu_used"] / rec["counts"]["total"]
+        assert f"~{per * 8:.3f} CPU-h" in dry and rec["sweep_id"] in dry, dry
+
+        # the budget is the sweep's: an extension finds it spent and starts no trial
+        proc = env.run("extend", rec["sweep_id"], "--more-trials", "2", timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        after = _index(env)
+        assert after["counts"]["total"] == 0 or after["counts"]["total"] == rec["counts"]["total"], after["counts"]
+        assert len(c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")) == len(runs)
+        assert after["hours"]["gpu_used"] == pytest.approx(used, abs=1e-6)
     finally:
         receiver.server.shutdown()
         env.cleanup()

@@ -8,7 +8,8 @@ from sweeps.ops.doctor import run_checks
 
 
 def cli_doctor(args: argparse.Namespace) -> int:
-    results = run_checks(getattr(args, "tracking_uri", None), getattr(args, "storage", None))
+    results = run_checks(getattr(args, "tracking_uri", None), getattr(args, "storage", None),
+                         getattr(args, "address", None))
     width = max(len(c.name) for c in results)
     for c in results:
         mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")

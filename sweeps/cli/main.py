@@ -52,6 +52,12 @@ def _ui_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without authentication")
 
 
+def _doctor_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--tracking-uri", default=None)
+    sp.add_argument("--storage", default=None)
+    sp.add_argument("--address", default=None, help="a Ray cluster's address: is its State API up?")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sweeps",
                                 description="Hyperparameter sweeps on Ray Tune + Ray Train, tracked in MLflow.")
@@ -101,8 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "ui":
             _ui_arguments(sp)
         elif name == "doctor":
-            sp.add_argument("--tracking-uri", default=None)
-            sp.add_argument("--storage", default=None)
+            _doctor_arguments(sp)
         elif name == "schedule":
             from sweeps.cli.schedule import add_arguments
 

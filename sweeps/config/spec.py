@@ -56,6 +56,7 @@ class SweepCfg:
     budget: BudgetCfg = field(default_factory=BudgetCfg)
     objectives: tuple[Objective, ...] = ()  # multi-objective: the primary (metric, mode) first; () = single
     constraints: tuple[Constraint, ...] = ()
+    stall_timeout_s: float | None = None  # None: derived from what the sweep has seen; 0: never
 
     @property
     def multi(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 log = logging.getLogger("sweeps.progress")
 EVERY_S = 10.0
+QUIET_S = 60.0
 
 
 def _fmt_s(seconds: float) -> str:
@@ -34,6 +35,7 @@ class Progress:
         self.last_said = 0.0
         self.best: tuple[float, str, dict[str, Any]] | None = None
         self.iterations: dict[str, int] = {}
+        self.last_event = self.start  # a trial started, reported or ended
 
     def record(self, event: dict[str, Any]) -> None:
         try:
@@ -44,6 +46,7 @@ class Progress:
             pass
 
     def result(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
+        self.last_event = time.time()
         self.iterations[trial_id] = int(result.get("training_iteration", 0))
         value = result.get(self.metric)
         self.record({"trial": trial_id, "iteration": self.iterations[trial_id], self.metric: value})
@@ -65,6 +68,9 @@ class Progress:
         return text
 
     def _left(self, elapsed: float) -> str:
+        quiet = time.time() - self.last_event
+        if quiet >= QUIET_S:  # an estimate from past progress would claim progress that is not happening
+            return f", no trial started or reported for {_fmt_s(quiet)}"
         if self.time_budget_s is not None and (self.total is None or self.epochs is None):
             return f", {_fmt_s(max(self.time_budget_s - elapsed, 0))} of the time budget left"
         done = sum(self.iterations.values())
@@ -87,7 +93,11 @@ def progress_callback(progress: Progress) -> Any:
                             **info: Any) -> None:
             self.state.result(trial.trial_id, trial.config, result)
 
+        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.state.last_event = time.time()
+
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.state.last_event = time.time()
             budget = (trial.config or {}).get("epochs", self.state.epochs)
             if budget and self.state.iterations.get(trial.trial_id, 0) < budget:
                 self.early.add(trial.trial_id)

@@ -10,6 +10,7 @@ hold is refused before launch. Concurrency then follows the live cluster (:mod:`
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from sweeps.config.spec import SweepSpec
@@ -97,6 +98,44 @@ def remote_plan(spec: SweepSpec) -> Plan:
                 num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0)
 
 
+DASHBOARD_PORT = 8265
+
+
+def dashboard_url(address: str | None) -> str | None:
+    """Where a cluster's dashboard (and State API) would answer: ``$RAY_API_SERVER_ADDRESS``, else the head
+    named by ``address`` (``HOST:6379``, ``ray://HOST:10001``, ``http://HOST:8265``) on port 8265."""
+    if os.environ.get("RAY_API_SERVER_ADDRESS"):
+        return os.environ["RAY_API_SERVER_ADDRESS"]
+    if not address or address == "auto":
+        return None
+    if address.startswith(("http://", "https://")):
+        return address.rstrip("/")
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    return f"http://{host}:{DASHBOARD_PORT}"
+
+
+def state_api(address: str | None, lean: bool, timeout_s: float = 3.0) -> tuple[bool | None, str]:
+    """Whether the cluster's State API answers (None: no address to ask), and what a sweep does either way."""
+    import urllib.error
+    import urllib.request
+
+    url = dashboard_url(address)
+    without = ("without it the sweep frees its trials' placement groups itself (named groups, Ray's public "
+               "calls)" if lean else "on this Ray the sweep's lean trainer is off: Train's own cleaner needs "
+               "the State API, so without it a stopped trial's workers keep their CPUs until the sweep ends; "
+               "the stall watchdog says so")
+    if url is None:
+        return None, f"not checked (cluster.address is {address or 'unset'}); {without}"
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError as exc:  # 401/403: it answers, and wants the cluster's token
+        return True, f"answers at {url} (HTTP {exc.code}: it wants the token); {without}"
+    except (OSError, ValueError) as exc:
+        return False, f"no answer at {url} ({exc}); {without}"
+    return True, f"answers at {url}; {without}"
+
+
 def describe(spec: SweepSpec) -> str:
     """The remote plan as ``--dry-run`` prints it (nothing is started; node types are checked).
 
@@ -118,4 +157,11 @@ def describe(spec: SweepSpec) -> str:
         f"(cluster.wait_for_resources_s)",
         f"total trials   : {'unbounded (until the time budget)' if total is None else total}",
         f"code shipped   : {shipped}",
+        f"state API      : {state_api(spec.cluster.address or os.environ.get('RAY_ADDRESS'), _lean())[1]}",
     ])
+
+
+def _lean() -> bool:
+    from sweeps.execution import warm
+
+    return warm.levers(local=False).lean

@@ -7,10 +7,11 @@ from typing import Any
 
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput
 from sweeps.execution import warm
 from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
-from sweeps.execution.hours import Ledger, gated, ledger_callback
+from sweeps.execution.hours import Ledger, gated, ledger_callback, process_ledger
 from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.progress import Progress, progress_callback
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
@@ -107,9 +108,36 @@ def stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Budget:
     return Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every)
 
 
-def restored_callbacks(spec: SweepSpec) -> list[Any]:
-    """What a restored Tuner's new callbacks need beside the tracker: the census of paused trials (remote)."""
-    return [] if spec.cluster.mode == "local" else [census_callback(process_census())]
+def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any]:
+    """The callbacks that watch a run of the sweep (a new one, an extension, a resumed one): the status line,
+    the stall watchdog, the hours ledger (from the hours the sweep's earlier runs held, saved to its record)
+    and, on a remote cluster, the census of paused trials. The ledger is this process's (:mod:`hours`):
+    a restored Tuner's gated searcher and stopper find it again."""
+    from sweeps import store
+    from sweeps.execution.stall import Watch, watchdog_callback
+
+    progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
+                        str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
+    try:
+        prior = store.load(sweep_id).hours or {}
+    except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test)
+        prior = {}
+    process_ledger().configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
+                               spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
+                               trial_seconds(spec, plan))
+    out = [progress_callback(progress), watchdog_callback(Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)),
+           ledger_callback(process_ledger(), save=lambda hours: store.update(sweep_id, hours=hours))]
+    return out if spec.cluster.mode == "local" else [*out, census_callback(process_census())]
+
+
+def trial_seconds(spec: SweepSpec, plan: Plan) -> float | None:
+    """One trial's seconds in the experiment's last sweep (the budget's estimate before a trial ended here)."""
+    from sweeps import store
+
+    prev = store.latest_for(spec.sweep.name)
+    hours, trials = ((prev.hours or {}).get("cpu_used"), (prev.counts or {}).get("total")) if prev else (None, None)
+    cpus = plan.per_trial.get("CPU", 0.0)
+    return hours * 3600 / trials / cpus if hours and trials and cpus else None
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
@@ -122,22 +150,14 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
     if USER_PENDING is None:  # Tune's own default queues 200+ pending trials (a flood on unbounded sweeps)
         os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, plan.concurrent_trials))
-    progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
-                        str(paths.home() / "logs" / f"{name or sweep_id}.log"), spec.sweep.time_budget_s)
-    extra: list[Any] = [progress_callback(progress)]
-    ledger = None
-    if spec.sweep.budget.enabled:
-        ledger = Ledger(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
-                        spec.trainable.epochs)
-        extra.append(ledger_callback(ledger))
+    extra = observers(spec, plan, sweep_id, name or sweep_id)
+    ledger = process_ledger()
     if spec.cluster.mode != "local":
-        census = process_census()
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
-        search_alg = make_elastic(search_alg, capacity, census)
+        search_alg = make_elastic(search_alg, capacity, process_census())
         scheduler = gate_resumes(scheduler, capacity)
-        extra.append(census_callback(census))
-    if ledger is not None:
+    if spec.sweep.budget.enabled:
         search_alg = gated(search_alg, ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
     tune_config = tune.TuneConfig(
@@ -159,7 +179,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=stopper(spec, ledger),
+        stop=stopper(spec, ledger if spec.sweep.budget.enabled else None),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

@@ -117,7 +117,17 @@ def check_warm_start() -> Check:
                  required=False)
 
 
-def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> list[Check]:
+def check_state_api(address: str) -> Check:
+    """A remote cluster's State API (the dashboard): Train's own cleaner needs it; the sweep does not."""
+    from sweeps.execution import remote, warm
+
+    answers, detail = remote.state_api(address, warm.levers(local=False).lean)
+    return Check("Ray State API", bool(answers), detail, "start the head with the dashboard (ray[default]), or "
+                 "leave it off: a sweep on this Ray frees its placement groups itself", required=False)
+
+
+def run_checks(tracking_uri: str | None = None, storage: str | None = None,
+               address: str | None = None) -> list[Check]:
     checks: list[Callable[[], Check]] = [
         lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
         lambda: _package("ray", "pip install 'ray[default,tune,train]'"),
@@ -134,5 +144,6 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None) -> l
         check_auth,
         check_token_file,
         check_warm_start,
+        *([lambda: check_state_api(address)] if address else []),
     ]
     return [c() for c in checks]

@@ -62,8 +62,11 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
         if internal is None:
             raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
-        internal.get_run_config().callbacks = [tracker, *tuner_mod.run_callbacks(spec, rec.sweep_id, the_plan),
-                                               *tuner_mod.restored_callbacks(spec)]
+        # The status line, the watchdog and the hours ledger (from the hours the sweep held so far) come back too:
+        # a budget is the sweep's, across resume and extend.
+        internal.get_run_config().callbacks = [
+            tracker, *tuner_mod.observers(spec, the_plan, rec.sweep_id, rec.sweep_id),
+            *tuner_mod.run_callbacks(spec, rec.sweep_id, the_plan)]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
 

@@ -16,7 +16,8 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction
 from sweeps.config.spec import SweepSpec
-from sweeps.execution import raystart
+from sweeps.execution import raystart, stall
+from sweeps.execution.plan import per_trial
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -34,6 +35,7 @@ class Outcome:
     record: store.SweepRecord
     summary: summary.Summary
     interrupted: bool = False
+    stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.stall)
     report_paths: list[str] = field(default_factory=list)
     promotion: str | None = None
     promotion_refused: bool = False  # the champion gate refused the automatic promotion
@@ -45,9 +47,12 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted (resumable), 1 no trial succeeded, 3 the gate refused the auto-promotion, else 0."""
+        """1 stalled (resumable), 130 interrupted (resumable), 1 no trial succeeded, 3 the gate refused the
+        auto-promotion, else 0."""
         from sweeps.errors import EXIT_GATE_REFUSED, EXIT_OK, EXIT_RUN_FAILED
 
+        if self.stalled:
+            return EXIT_RUN_FAILED
         if self.interrupted:
             return 130
         if not self.succeeded:
@@ -64,7 +69,7 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
         tracking_uri=spec.tracking.uri, mlflow_experiment_id=exp_id, parent_run_id=parent,
         overrides=redaction.redact_overrides(overrides), config=spec.redacted(), digest=spec.digest(),
         metric=spec.sweep.metric, mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
-        schedule=schedule, previous_sweep_id=previous, slots=slots, **driver_fields(),
+        schedule=schedule, previous_sweep_id=previous, slots=slots, per_trial=per_trial(spec), **driver_fields(),
     )
 
 
@@ -128,7 +133,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
             tracker.close_open("KILLED")
             records_ = _records(spec, rec, settled=status == "finished")
-            cpus, gpus = summary.trial_resources(spec.raw)
+            cpus, gpus = summary.trial_resources(spec.raw, per_trial(spec))
             summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
                                    max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots,
                                    cpus_per_trial=cpus, gpus_per_trial=gpus)
@@ -138,9 +143,13 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
+            stuck = stall.stalled()
+            if stuck and interrupted:
+                reason = "stalled"
+                _note_stall(c, rec, stuck)
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ),
                                 _front(spec, records_))
-    out = Outcome(record=rec, summary=summ, interrupted=interrupted)
+    out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None)
     if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
         out.record = rec = _confirm(spec, rec, plan, c)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
@@ -151,6 +160,13 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
         out.promotion, out.promotion_refused = _promote(rec, spec)
     _announce(spec, out)
     return out
+
+
+def _note_stall(c: Any, rec: store.SweepRecord, why: str) -> None:
+    try:
+        c.set_tag(rec.parent_run_id, "error", redaction.scrub(f"stalled: {why}")[:4000])
+    except Exception as exc:  # the record still says it
+        log.warning("MLflow: could not tag the parent run with the stall (%s)", exc)
 
 
 def _announce(spec: SweepSpec, out: Outcome) -> None:
@@ -197,9 +213,11 @@ def _front(spec: SweepSpec, records_: list[Any]) -> list[dict[str, Any]]:
 
 
 def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
-    """Resource-hours used (trials x the resources they hold x wall time) and the budget, for the record."""
-    return {"cpu_used": (summ.cpu_s_total or 0.0) / 3600, "gpu_used": (summ.gpu_s_total or 0.0) / 3600,
-            "cpu_budget": spec.sweep.budget.cpu_hours, "gpu_budget": spec.sweep.budget.gpu_hours}
+    """Resource-hours the sweep's trials held (the ledger: driver + workers from each trial's start to its end,
+    earlier runs of the sweep included) and the budget, for the record."""
+    from sweeps.execution.hours import process_ledger
+
+    return process_ledger().record()
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,

@@ -38,7 +38,7 @@ def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
     from sweeps.reports.results import load_records
 
     metric, mode = _objective(rec)
-    settings = summary.settings_from_config(rec.config)
+    settings = summary.settings_from_config(rec.config, rec.per_trial)
     if any(uris.is_dir(d) for d in rec.experiment_dirs):
         records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"],
                                settled=rec.status == "finished")

@@ -207,8 +207,12 @@ def recollect(summ: Summary, records: list[TrialRecord], **changes: Any) -> Summ
     return collect(records, summ.metric, summ.mode, **settings)
 
 
-def trial_resources(config: Mapping[str, Any]) -> tuple[float, float]:
-    """(CPUs, GPUs) one trial holds, from a composed config: driver_cpus + num_workers x per-worker."""
+def trial_resources(config: Mapping[str, Any], per_trial: Mapping[str, float] | None = None) -> tuple[float, float]:
+    """(CPUs, GPUs) one trial holds: the sweep record's ``per_trial`` (what the plan, the ledger and the tuner
+    used), else, for a record written before it was kept, the composed config's driver_cpus + num_workers x
+    per-worker."""
+    if per_trial:
+        return float(per_trial.get("CPU", 0.0)), float(per_trial.get("GPU", 0.0))
     trainable = config.get("trainable") or {}
     cluster = config.get("cluster") or {}
     workers = float(trainable.get("num_workers") or 1)
@@ -218,9 +222,9 @@ def trial_resources(config: Mapping[str, Any]) -> tuple[float, float]:
     return float(cluster.get("driver_cpus", 1)) + workers * cpu, workers * gpu
 
 
-def settings_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def settings_from_config(config: Mapping[str, Any], per_trial: Mapping[str, float] | None = None) -> dict[str, Any]:
     """``collect`` keyword arguments that a sweep's stored config determines (top_k, budget, resources)."""
-    cpus, gpus = trial_resources(config)
+    cpus, gpus = trial_resources(config, per_trial)
     epochs = ((config.get("trainable") or {}).get("params") or {}).get("epochs")
     top_k = (config.get("report") or {}).get("top_k", 5)
     return {

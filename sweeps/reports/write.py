@@ -24,7 +24,7 @@ def complete(rec: SweepRecord, records: list[Any], summ: Summary) -> Summary:
         return summ
     from sweeps.reports.results import read_param_schedules
 
-    cpus, gpus = summary_mod.trial_resources(rec.config)
+    cpus, gpus = summary_mod.trial_resources(rec.config, rec.per_trial)
     try:
         schedules = read_param_schedules(records)
     except OSError as exc:

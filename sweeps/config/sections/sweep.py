@@ -22,6 +22,9 @@ def parse(r: Reader) -> SweepCfg:
     num_samples = r.get("sweep", "num_samples", "int")
     max_conc = r.get("sweep", "max_concurrent_trials", "int", default=0)
     budget = r.get("sweep", "time_budget_s", "num", default=None)
+    stall = r.get("sweep", "stall_timeout_s", "num", default=None)
+    if stall is not None and stall < 0:
+        r.errors.append(f"sweep.stall_timeout_s: must be >= 0 seconds (0 = never; null = derived), got {stall}")
     seed = r.get("sweep", "seed", "int", default=0)
     points = r.get("sweep", "points_to_evaluate", "list", default=[])
     if isinstance(num_samples, int):
@@ -47,7 +50,7 @@ def parse(r: Reader) -> SweepCfg:
 
     return SweepCfg(name, metric, mode, num_samples, max_conc, float(budget) if budget else None, seed,
                     tuple(dict(p) for p in points or []), resource_budget(r), mo.objectives(r, metric, mode),
-                    mo.constraints(r))
+                    mo.constraints(r), float(stall) if stall is not None else None)
 
 
 def resource_budget(r: Reader) -> BudgetCfg:
