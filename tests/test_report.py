@@ -433,10 +433,13 @@ def test_real_sweep_report_artifacts_and_commands(sweeps_env: Any) -> None:
 
     # the HTML report alone, rebuilt from the stored sweep
     sweeps_env.run("report", rec.sweep_id, "--format", "html", "--out", "html_only", check=True)
-    assert sorted(p.name for p in (sweeps_env.root / "html_only").iterdir()) == ["report.html"]
+    html_files = sorted(p.name for p in (sweeps_env.root / "html_only").iterdir())
+    assert "report.html" in html_files and all(n == "report.html" or n.endswith(".png") for n in html_files), \
+        html_files  # no summary.md, no trials.csv: the page and the plots it embeds
     page = Page()
     page.feed((sweeps_env.root / "html_only" / "report.html").read_text())
-    assert rec.best["trial_id"] in " ".join(" ".join(r) for r in page.rows) and page.imgs
+    assert rec.best["trial_id"] in " ".join(" ".join(r) for r in page.rows)
+    assert len(page.imgs) == len(html_files) - 1 and all(i.startswith("data:image/png;base64,") for i in page.imgs)
 
     # a second, different sweep (1 trial, 1 epoch, 1 worker) whose report goes where report.dir says, top 1 only
     sweeps_env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "trainable.params.epochs=1",

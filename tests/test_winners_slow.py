@@ -88,13 +88,14 @@ def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_ex
     finished event reaches a receiver configured by `notify.on`/`notify.timeout_s`."""
     env = SweepsEnv(tmp_path)
     receiver = Receiver("ok")
+    hook = {"SWEEPS_TEST_HOOK": receiver.url}  # by reference: `extend` reads it again, nothing stores the URL
     # 2 epochs of >= 5 s each: a trial holds its GPU >= 10 s; 25 GPU-seconds fit one trial, never two
     budget = 25 / 3600
     gpu = ["cluster.num_gpus=1", "cluster.driver_resources={GPU: 1}", "+trainable.params.epoch_sleep_s=5"]
     try:
         proc = env.run("run", *TINY, *gpu, "sweep.num_samples=8", "sweep.max_concurrent_trials=1",
-                       f"sweep.budget.gpu_hours={budget}", f"notify.webhook_url={receiver.url}",
-                       "notify.on=[finished]", "notify.timeout_s=3", timeout=900)
+                       f"sweep.budget.gpu_hours={budget}", "notify.webhook_url=${oc.env:SWEEPS_TEST_HOOK}",
+                       "notify.on=[finished]", "notify.timeout_s=3", extra_env=hook, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rec = _index(env)
         assert rec["stop_reason"] == "resource_budget" and 1 <= rec["counts"]["total"] < 8, rec["counts"]
@@ -120,7 +121,7 @@ def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_ex
         assert f"~{per * 8:.3f} CPU-h" in dry and rec["sweep_id"] in dry, dry
 
         # the budget is the sweep's: an extension finds it spent and starts no trial
-        proc = env.run("extend", rec["sweep_id"], "--more-trials", "2", timeout=600)
+        proc = env.run("extend", rec["sweep_id"], "--more-trials", "2", extra_env=hook, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         after = _index(env)
         assert after["counts"]["total"] == 0 or after["counts"]["total"] == rec["counts"]["total"], after["counts"]

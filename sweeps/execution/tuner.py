@@ -119,14 +119,18 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
     try:
-        prior = store.load(sweep_id).hours or {}
-    except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test)
-        prior = {}
+        prior, recorded = store.load(sweep_id).hours or {}, True
+    except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test): nothing to save to
+        prior, recorded = {}, False
+
+    def save(hours: dict[str, Any]) -> None:
+        if recorded:
+            store.update(sweep_id, hours=hours)
     process_ledger().configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
                                spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
                                trial_seconds(spec, plan))
     out = [progress_callback(progress), watchdog_callback(Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)),
-           ledger_callback(process_ledger(), save=lambda hours: store.update(sweep_id, hours=hours))]
+           ledger_callback(process_ledger(), save=save)]
     return out if spec.cluster.mode == "local" else [*out, census_callback(process_census())]
 
 
