@@ -58,6 +58,7 @@ class SweepRecord:
     driver_token: str = ""  # the driver's random token (empty in records of older versions)
     driver_proc: str = ""  # where driver_pid means something (sweeps.lease.Holder.proc)
     per_trial: dict[str, float] = field(default_factory=dict)  # what one trial holds (execution.plan.per_trial)
+    listeners: str = ""  # where the sweep's processes listen (execution.loopback.listeners): a line of the report
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

@@ -290,6 +290,51 @@ def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
     assert rows and {r["node_id"] for r in rows} == {w.node_id}
 
 
+USER_LOOP = '''"""A user's own single-file module (no package around it): the loop."""
+
+
+def train_loop(config):
+    from trainables.digits import load_data, preprocessing
+    from trainables.loop import ClassificationTask, fit
+    from usernsp.models import build_model  # the namespace package's folder a
+    from usernsp.tags import PORTION  # its folder b
+
+    assert PORTION == "b"
+    fit(config, load_data, build_model, ClassificationTask(), preprocessing=preprocessing)
+'''
+
+
+@pytest.mark.timeout(1500)
+def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(parts: Parts, tmp_path: Path) -> None:
+    """Code outside this repo that is not a regular package reaches a node that never had it: the loop lives in a
+    single-file module, its model builder in a namespace package (no __init__.py) split over two folders. They
+    are on the driver's PYTHONPATH only; a node's workers see the driver's cwd (tmp_path) but not its PYTHONPATH
+    (Ray passes neither the variable nor these folders), so the trial runs only if all three were shipped."""
+    env = SweepsEnv(tmp_path, seed_store=False)
+    w = parts.worker()
+    a, b = tmp_path / "user_a", tmp_path / "user_b"
+    (a / "usernsp").mkdir(parents=True)
+    (b / "usernsp").mkdir(parents=True)
+    (a / "usermod.py").write_text(USER_LOOP)
+    (a / "usernsp" / "models.py").write_text(
+        "def build_model(config):\n    from trainables.digits import build_model\n\n    return build_model(config)\n")
+    (b / "usernsp" / "tags.py").write_text("PORTION = 'b'\n")
+    assert not (tmp_path / "usermod.py").exists() and not (tmp_path / "usernsp").exists()
+    user = {"PYTHONPATH": os.pathsep.join(p for p in (str(a), str(b), env.env.get("PYTHONPATH")) if p),
+            # the allowlist is the operator's: an override may not widen it (docs/security.md)
+            "SWEEPS_ALLOWED_TARGETS": "usermod,usernsp"}
+    out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('shipped')}", "scheduler=fifo",
+                        "sweep.num_samples=1", "trainable.params.epochs=2", "trainable.loop=usermod.train_loop",
+                        "trainable.builder=usernsp.models.build_model", extra_env={**parts.driver_env(), **user},
+                        timeout=900), "sweep of a single-file loop")
+    rec = record(env)
+    assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
+    assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
+    rows = all_rows(env)
+    assert [r["epoch"] for r in rows] == [1, 2], rows
+    assert {r["node_id"] for r in rows} == {w.node_id}, "the trial ran on the worker node"
+
+
 @pytest.mark.timeout(1500)
 def test_node_loss_restores_the_trial_that_ran_there(parts: Parts, tmp_path: Path) -> None:
     """Two worker nodes; the one a trial runs on is SIGKILLed mid-trial. That trial continues from a checkpoint

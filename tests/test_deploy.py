@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,94 @@ def test_shipped_packages_hold_every_module() -> None:
         missing = _sources(REPO, pkg) - packed
         assert not missing, missing
         assert not any("__pycache__" in n for n in packed)
+
+
+@pytest.fixture
+def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A user's code outside this repo, on sys.path: a single-file module ``shipone`` (its loop) in folder a,
+    and a namespace package ``shipns`` (no ``__init__.py``) with one module in folder a and one in folder b."""
+    a, b = tmp_path / "src" / "a", tmp_path / "src" / "b"
+    for folder in (a / "shipns" / "__pycache__", b / "shipns"):
+        folder.mkdir(parents=True)
+    (a / "shipone.py").write_text("def train_loop(config):\n    return 'one'\n")
+    (a / "shipns" / "models.py").write_text("def build_model(config):\n    return 'a'\n")
+    (a / "shipns" / "__pycache__" / "models.cpython-311.pyc").write_bytes(b"stale")
+    (b / "shipns" / "tools.py").write_text("PORTION = 'b'\n")
+    monkeypatch.syspath_prepend(str(b))
+    monkeypatch.syspath_prepend(str(a))
+    monkeypatch.setenv("SWEEPS_ALLOWED_TARGETS", "shipone,shipns")  # the operator's, as on a real cluster
+    monkeypatch.chdir(tmp_path)
+    yield a, b
+    for name in [m for m in sys.modules if m.split(".")[0] in ("shipone", "shipns")]:
+        del sys.modules[name]
+
+
+def _as_ray_ships(runtime_env: dict[str, Any], root: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, set[str]]]:
+    """Each ``py_modules`` entry as a node gets it: Ray's own upload step (``upload_py_modules_if_needed``) packs
+    it with Ray's ``create_package``, and Ray's ``unzip_package`` unpacks it as a node does for a GCS package;
+    only the GCS put is left out. Returns (the folder Ray puts on the workers' PYTHONPATH, the archive's names)."""
+    import copy
+    import zipfile
+
+    import ray._private.runtime_env.py_modules as ray_py_modules
+    from ray._private.runtime_env.packaging import create_package, unzip_package
+
+    archives: dict[str, Path] = {}
+
+    def pack(pkg_uri: str, base_directory: str, module_path: str, include_gitignore: bool,
+             include_parent_dir: bool = False, excludes: list[str] | None = None, logger: Any = None) -> bool:
+        archives[pkg_uri] = root / pkg_uri.rsplit("/", 1)[-1]
+        create_package(module_path, archives[pkg_uri], include_gitignore=include_gitignore,
+                       include_parent_dir=include_parent_dir, excludes=excludes)
+        return True
+
+    monkeypatch.setattr(ray_py_modules, "upload_package_if_needed", pack)
+    uploaded = ray_py_modules.upload_py_modules_if_needed(copy.deepcopy(runtime_env), include_gitignore=True,
+                                                           scratch_dir=str(root))
+    out = []
+    for uri in uploaded["py_modules"]:
+        zip_path = archives[uri]
+        names = set(zipfile.ZipFile(zip_path).namelist())
+        unzip_package(str(zip_path), str(zip_path.with_suffix("")), remove_top_level_directory=False,
+                      unlink_zip=True)
+        out.append((zip_path.with_suffix(""), names))
+    return out
+
+
+def test_a_single_file_module_and_a_namespace_package_arrive_importable(
+        user_code: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--from shipone:train_loop` (a .py file, no package) and a builder in a namespace package split over two
+    folders: Ray packs the file itself and each folder under the package's name, and a fresh interpreter that
+    sees only the unpacked folders (a node's view) imports all of it from there."""
+    from sweeps.execution import shipping
+    from sweeps.ops.prepare import prepare
+
+    a, b = user_code
+    spec = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000",
+                    "trainable.loop=shipone.train_loop", "trainable.builder=shipns.models.build_model"])
+    env = shipping.runtime_env(spec, {})
+    assert env["py_modules"][2:] == [str(a / "shipns"), str(b / "shipns"), str(a / "shipone.py")]
+    (tmp_path / "node").mkdir()
+    shipped = _as_ray_ships(env, tmp_path / "node", monkeypatch)
+    assert [names for _, names in shipped[2:]] == [{"shipns/models.py"}, {"shipns/tools.py"}, {"shipone.py"}]
+    code = ("import shipone, shipns.models, shipns.tools; "
+            "print(shipone.train_loop(None), shipns.models.build_model(None), shipns.tools.PORTION, "
+            "shipone.__file__, *shipns.__path__)")
+    node = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "node",
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(str(d) for d, _ in shipped[2:])})
+    assert node.returncode == 0, node.stderr[-2000:]
+    words = node.stdout.split()
+    assert words[:3] == ["one", "a", "b"], node.stdout
+    assert all(w.startswith(str(tmp_path / "node")) for w in words[3:]), "imported from the unpacked folders"
+
+
+def test_a_module_that_is_not_source_is_not_shipped(caplog: pytest.LogCaptureFixture) -> None:
+    """A compiled module cannot travel as py_modules (Ray takes folders, .py files and wheels): it is named."""
+    from sweeps.execution import shipping
+
+    assert shipping.sources("_ctypes") == []
+    assert "module _ctypes" in caplog.text and "install it on every node" in caplog.text
 
 
 def test_the_job_working_dir_upload_is_the_code_and_configs() -> None:

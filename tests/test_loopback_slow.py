@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, wait_for
+from conftest import SweepsEnv, mlflow_client, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +106,10 @@ def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
         (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
         assert rec["scheduler"] == "median"
+        # what the sweep says about its listeners: the record (the report's line) and the parent run's tag
+        assert rec["listeners"].startswith("loopback only ("), rec["listeners"]
+        tags = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
+        assert tags["sweeps.listeners"] == rec["listeners"]
         (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
         first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
         host, port = first["sys/rendezvous"].rsplit(":", 1)

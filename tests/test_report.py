@@ -204,6 +204,30 @@ def test_markdown_leaderboard_failed_and_nan_sections() -> None:
         sweep_record(), collected(tune_clock))
 
 
+def test_the_parent_run_and_the_report_say_what_the_loopback_promise_rests_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's own GLOO_SOCKET_IFNAME: the sweep's parent run (tag sweeps.listeners), its record and its report
+    say that the loopback promise depends on it. A record of an older version says nothing."""
+    from sweeps.execution import loopback
+    from sweeps.ops.prepare import prepare
+    from sweeps.ops.run import new_record
+    from sweeps.tracking.parent import TAG_LISTENERS, open_parent
+
+    if loopback.loopback_interface() is None:
+        pytest.skip("no loopback interface on this machine")
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    spec = prepare(["+experiment=quickstart", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    note = loopback.listeners(spec.cluster.mode)
+    assert "GLOO_SOCKET_IFNAME=eth7" in note and "depends on it" in note
+    c, exp_id, run_id = open_parent(spec, "quickstart-1", [], None, None, listeners=note)
+    assert c.get_run(run_id).data.tags[TAG_LISTENERS] == note
+    rec = new_record(spec, "quickstart-1", [], exp_id, run_id, 2, None, None)
+    assert rec.listeners == note
+    assert f"- listeners: {note}" in formats.markdown(rec, collected())
+    assert "listeners:" not in formats.markdown(sweep_record(), collected())
+
+
 def test_markdown_without_any_finite_value_has_no_best() -> None:
     s = collected([trial("a", [math.nan]), trial("b", [0.2], status="ERROR")])
     text = formats.markdown(sweep_record(), s)

@@ -281,6 +281,38 @@ def test_loopback_switch_is_set_and_undone(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 
+def test_gloo_and_nccl_are_pinned_to_loopback_unless_the_user_set_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded Ray's workers get gloo's and NCCL's socket settings on the loopback interface; a user's own
+    value is kept, and the one-line note (parent-run tag, report) then says the promise depends on it."""
+    from sweeps.execution import loopback, raystart
+    from sweeps.ops.prepare import prepare
+
+    lo = loopback.loopback_interface()
+    if lo is None:
+        pytest.skip("no loopback interface on this machine")
+    pinned = {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": f"={lo}", "NCCL_SOCKET_FAMILY": "AF_INET"}
+    assert loopback.worker_env({}) == pinned
+    own = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth1"}
+    assert loopback.worker_env(own) == {"NCCL_SOCKET_FAMILY": "AF_INET"}, "the user's own values are not overridden"
+    assert loopback.listeners("local", {}) == "loopback only (Ray, the torch rendezvous, gloo and NCCL on 127.0.0.1)"
+    note = loopback.listeners("local", own)
+    assert "GLOO_SOCKET_IFNAME=eth1, NCCL_SOCKET_IFNAME=eth0" in note and "loopback promise depends on it" in note
+    assert loopback.listeners("local", pinned) == loopback.listeners("local", {}), \
+        "the pins an earlier sweep of this process left behind are not the user's"
+    assert "no loopback promise" in loopback.listeners("remote", {})
+    # what the embedded Ray's processes inherit (raystart.train_env), with and without a user's setting
+    for key in pinned:
+        monkeypatch.delenv(key, raising=False)
+    local = prepare(["+experiment=quickstart"])
+    assert pinned.items() <= raystart.train_env(local).items()
+    monkeypatch.setenv("NCCL_SOCKET_FAMILY", "AF_INET6")
+    env = raystart.train_env(local)
+    assert "NCCL_SOCKET_FAMILY" not in env and env["NCCL_SOCKET_IFNAME"] == f"={lo}"
+    assert "NCCL_SOCKET_FAMILY=AF_INET6" in loopback.listeners("local")
+    remote = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000"])
+    assert not pinned.keys() & raystart.train_env(remote).keys(), "a cluster's nodes choose their own interfaces"
+
+
 # -- through the CLI ------------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,10 @@ makes the node IP 127.0.0.1 for the GCS, raylet, agents and every worker (docs/s
 ``torch.distributed.TCPStore`` (Ray Train's ``env://`` rendezvous) always listens on every interface, with no
 authentication. :func:`torch_config` gives Train a backend whose rank 0 binds the store's socket to 127.0.0.1
 itself (``TCPStore(master_listen_fd=...)``) whenever the trial's node IP is loopback: then every worker is
-on this machine. ``GLOO_SOCKET_IFNAME=lo`` keeps gloo's own sockets on loopback too.
+on this machine. ``GLOO_SOCKET_IFNAME=lo`` keeps gloo's own sockets on loopback too, and
+``NCCL_SOCKET_IFNAME==lo`` (exactly ``lo``) with ``NCCL_SOCKET_FAMILY=AF_INET`` NCCL's bootstrap and network
+sockets (GPU trials). A user's own value of any of them is kept, and then the promise rests on it:
+:func:`listeners` says so, for the parent run's tag and the report.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+NCCL_IFNAME = "NCCL_SOCKET_IFNAME"
+NCCL_FAMILY = "NCCL_SOCKET_FAMILY"
 _saved: list[tuple[str | None, Any]] = []
 
 
@@ -33,10 +39,41 @@ def loopback_interface() -> str | None:
     return next((n for n in ("lo", "lo0") if n in names), None)
 
 
-def worker_env() -> dict[str, str]:
-    """Env vars for the local Ray's workers (Train workers included): gloo on the loopback interface."""
+def pins(lo: str) -> dict[str, str]:
+    """What keeps gloo's and NCCL's own sockets on the loopback interface ``lo`` (NCCL: ``=`` is an exact
+    name, not a prefix; IPv4, so 127.0.0.1)."""
+    return {GLOO_IFNAME: lo, NCCL_IFNAME: f"={lo}", NCCL_FAMILY: "AF_INET"}
+
+
+def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Env vars for the local Ray's workers (Train workers included): gloo and NCCL on the loopback interface,
+    each unless the user set it."""
+    env = os.environ if environ is None else environ
     lo = loopback_interface()
-    return {GLOO_IFNAME: lo} if lo and not os.environ.get(GLOO_IFNAME) else {}
+    return {k: v for k, v in pins(lo).items() if not env.get(k)} if lo else {}
+
+
+def user_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The user's own values of those variables, where they differ from the pins: gloo and NCCL bind where
+    these say (a value equal to the pin, such as one an earlier sweep of this process set, promises the same)."""
+    env = os.environ if environ is None else environ
+    lo = loopback_interface() or "lo"
+    return {k: env[k] for k, pin in pins(lo).items() if env.get(k) and env[k] != pin}
+
+
+def listeners(mode: str, environ: Mapping[str, str] | None = None) -> str:
+    """Where the sweep's processes listen, in one line: the parent run's ``sweeps.listeners`` tag and a line of
+    the report. On the embedded Ray: loopback only, or on what the user's own settings say."""
+    if mode != "local":
+        return "the cluster's addresses (cluster=remote: no loopback promise)"
+    if loopback_interface() is None:
+        return "loopback for Ray and the rendezvous; gloo and NCCL not pinned (no loopback interface found)"
+    own = user_settings(environ)
+    if not own:
+        return "loopback only (Ray, the torch rendezvous, gloo and NCCL on 127.0.0.1)"
+    mine = ", ".join(f"{k}={v}" for k, v in own.items())
+    return (f"loopback only for Ray and the torch rendezvous; gloo and NCCL follow the user's own {mine}: the "
+            f"loopback promise depends on it")
 
 
 def enter_local() -> None:

@@ -2,19 +2,23 @@
 
 A node needs only the libraries (ray, torch, ...). The driver ships ``sweeps``, ``trainables`` and every
 package that ``trainable.loop``/``builder``/``datasets``/``load_model`` point into (a user's own package
-outside this repo too) as ``py_modules``, without caches, local state or checkpoints. Settings the workers
-read go as ``env_vars``; credentials never do (they would show in the job's runtime_env): a node gets
-those from its own environment (an instance role, a Kubernetes secret).
+outside this repo too, a single-file module or a namespace package: :func:`sources`) as ``py_modules``,
+without caches, local state or checkpoints. Settings the workers read go as ``env_vars``; credentials never
+do (they would show in the job's runtime_env): a node gets those from its own environment (an instance role,
+a Kubernetes secret).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from typing import Any
 
 from sweeps.config.spec import SweepSpec
+
+log = logging.getLogger(__name__)
 
 # Top-level packages the project depends on: installed on every node, never shipped.
 DEPENDENCIES = {"ray", "torch", "mlflow", "optuna", "hyperopt", "hydra", "omegaconf", "pandas", "numpy",
@@ -39,9 +43,36 @@ def user_packages(spec: SweepSpec) -> list[str]:
 
 
 def modules(spec: SweepSpec) -> list[str]:
-    """The folders of the packages to ship. Paths, not module objects: inside a Ray Job, Ray deep-copies the
+    """What to ship, as ``py_modules`` paths. Paths, not module objects: inside a Ray Job, Ray deep-copies the
     driver's runtime_env to merge it with the job's, and a module object cannot be copied."""
-    return [os.path.dirname(str(importlib.import_module(name).__file__)) for name in (*ALWAYS, *user_packages(spec))]
+    out: list[str] = []
+    for name in (*ALWAYS, *user_packages(spec)):
+        out += [p for p in sources(name) if p not in out]
+    return out
+
+
+def sources(name: str) -> list[str]:
+    """The paths that make up the top-level module ``name`` where a node's ``sys.path`` should see them.
+
+    Ray unpacks each ``py_modules`` entry into a folder of its own and puts that folder on the workers'
+    ``PYTHONPATH``: a folder arrives as ``<folder name>/...``, a ``.py`` file as the file itself. So a package
+    ships as its folder, a single-file module (``--from mymod:train``) as its ``.py`` file, and a namespace
+    package (no ``__init__.py``, ``__file__`` None) as every folder of its ``__path__``, each named after the
+    package, which Python joins again on the node. Ray would refuse a module object whose ``__path__`` has
+    several folders.
+
+    A module that is neither (compiled, or inside a zip) does not travel: it must be installed on the nodes.
+    """
+    module = importlib.import_module(name)
+    found = getattr(module, "__path__", None)
+    if found is not None:
+        return [str(p) for p in dict.fromkeys(found) if os.path.isdir(p)]
+    file = getattr(module, "__file__", None) or ""
+    if file.endswith(".py") and os.path.isfile(file):
+        return [file]
+    log.warning("module %s (%s) is not shipped to the cluster's nodes: only packages and .py files travel; "
+                "install it on every node", name, file or "no file")
+    return []
 
 
 def settings() -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction
 from sweeps.config.spec import SweepSpec
-from sweeps.execution import raystart, stall
+from sweeps.execution import loopback, raystart, stall
 from sweeps.execution.plan import per_trial
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
@@ -70,6 +70,7 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
         overrides=redaction.redact_overrides(overrides), config=spec.redacted(), digest=spec.digest(),
         metric=spec.sweep.metric, mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
         schedule=schedule, previous_sweep_id=previous, slots=slots, per_trial=per_trial(spec), **driver_fields(),
+        listeners=loopback.listeners(spec.cluster.mode),
     )
 
 
@@ -82,7 +83,8 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
 
     with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
-        c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous)
+        c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous,
+                                        listeners=loopback.listeners(spec.cluster.mode))
         rec = new_record(spec, sweep_id, overrides, exp_id, parent, the_plan.concurrent_trials, schedule, previous)
         try:
             store.save(rec)

@@ -300,6 +300,7 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
             f"{c.get('nonfinite', 0)} with NaN/inf",
             f"wall time: {_seconds(summ.wall_s)}",
             *_budget_bullets(rec),
+            *([f"listeners: {rec.listeners}"] if rec.listeners else []),
         ],
     )
     other = [n for n in analysis.notes if not n.startswith("importance")]

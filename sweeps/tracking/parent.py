@@ -19,6 +19,7 @@ from sweeps.tracking import client as mc
 TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
 TAG_PARETO = "sweeps.pareto"  # multi-objective: on the trial runs of the (feasible) Pareto front
 TAG_ALLOWED = "sweeps.allowed_targets"  # packages added to the `_target_` allowlist by security.allowed_targets
+TAG_LISTENERS = "sweeps.listeners"  # where the sweep's processes listen (execution.loopback.listeners)
 
 
 def _git() -> dict[str, str]:
@@ -50,8 +51,10 @@ def _versions() -> dict[str, str]:
 
 
 def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedule: str | None,
-                previous: str | None) -> tuple[Any, str, str]:
-    """Create the sweep's MLflow experiment and parent run; returns (client, experiment_id, run_id)."""
+                previous: str | None, listeners: str = "") -> tuple[Any, str, str]:
+    """Create the sweep's MLflow experiment and parent run; returns (client, experiment_id, run_id).
+
+    ``listeners``: where the sweep's processes listen, tagged ``sweeps.listeners`` when given."""
     c = mc.client(spec.tracking.uri)
     exp_id = mc.get_or_create_experiment(c, spec.tracking.experiment, spec.tracking.uri)
     tags = {
@@ -61,6 +64,8 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
         "config_digest": spec.digest(), **_git(), **_versions(),
         TAG_ALLOWED: ",".join(spec.allowed_targets) or "(none)",
     }
+    if listeners:
+        tags[TAG_LISTENERS] = listeners
     if schedule:
         tags["schedule"] = schedule
     if previous:
