@@ -107,12 +107,12 @@ def records_from_mlflow(rec: SweepRecord) -> list[Any]:
     space = rec.config.get("search_space") or {}
     status_of = {"FINISHED": "TERMINATED", "FAILED": "ERROR", "KILLED": "KILLED"}
     records = []
-    for run in sorted(runs, key=lambda r: r.data.tags.get(mc.TAG_TRIAL, "")):
+    for run in sorted(runs, key=lambda r: r.data.tags.get(mc.RUN_TAG_TRIAL, "")):
         tags, params = run.data.tags, run.data.params
         names = [k for k in space if k in params] or list(params)  # the space's order, as Tune's
         records.append(
             TrialRecord(
-                trial_id=tags.get(mc.TAG_TRIAL, run.info.run_id),
+                trial_id=tags.get(mc.RUN_TAG_TRIAL, run.info.run_id),
                 status=tags.get("status") or status_of.get(run.info.status, run.info.status),
                 params={k: _param_value(params[k]) for k in names},
                 history=_mlflow_history(c, run),
