@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import paths
-from sweeps.config import redaction
+from sweeps.config import compose, redaction
 from sweeps.config.spec import SweepSpec
 from sweeps.lease import driver_id
 from sweeps.store import SweepRecord
@@ -70,18 +70,12 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
     try:
         mc.log_params(c, run_id, {"overrides": " ".join(redaction.redact_overrides(overrides)) or "(none)",
                                   "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
-        mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
+        mc.write_text_artifact(c, run_id, "config.yaml", compose.to_yaml(spec.redacted()))
         mc.write_json_artifact(c, run_id, "search_space.json", redaction.redact(spec.space))
     except BaseException:
         c.set_terminated(run_id, status="FAILED")  # never leave a half-opened parent run RUNNING
         raise
     return c, exp_id, run_id
-
-
-def _yaml(data: Any) -> str:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) -> None:
