@@ -9,6 +9,8 @@
 - The bundled examples (``trainables``) are imported only inside functions, and only by ``registry`` and the
   layers above it (promotion's fallback loader reads their common checkpoint layout): config, store,
   execution, tracking and reports run without them.
+- A stored config is read through ``sweeps/config/stored.py`` (it parses the dict with the validator's
+  readers): nowhere ``<x>.config.get(..)`` or ``<x>.config[..]``, nor on the spec's ``raw`` dict.
 - Small modules, short functions; every module says its job in its first docstring line.
 - Only the CLI prints; no docstring or comment points at a file outside the repository.
 """
@@ -155,6 +157,17 @@ def test_the_bundled_examples_are_imported_late_and_only_from_the_top_layers() -
                            f"{' at module level' if top else ''}")
     assert not bad, (f"{EXAMPLES} may be imported only inside functions of layer {EXAMPLES_FROM_LAYER} and above: "
                      f"{bad}")
+
+
+def test_stored_configs_are_read_through_the_typed_reader() -> None:
+    bad = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "get" else node.value if isinstance(node, ast.Subscript) else None
+            if isinstance(target, ast.Attribute) and target.attr in ("config", "raw"):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not bad, f"read a stored config with sweeps.config.stored, not by key: {bad}"
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(SWEEPS)))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sweeps.config import stored
 from sweeps.errors import BadInput, GateRefused
 from sweeps.registry import choice, gate
 from sweeps.reports.results import TrialRecord
@@ -38,7 +39,7 @@ TRIALS = [_trial("big", 0.960, 4000), _trial("small", 0.955, 900), _trial("tiny"
 def test_front_choice_follows_the_rule_and_never_takes_an_infeasible_trial() -> None:
     rec = _rec()
     assert choice.front_choice(rec, TRIALS, "best_primary").trial_id == "big", "huge breaks the constraint"
-    picked = choice.front_choice(rec, TRIALS, choice.rule_of(rec.config, None))
+    picked = choice.front_choice(rec, TRIALS, choice.rule_of(stored.read(rec.config), None))
     assert picked.trial_id == "small" and picked.rule == "cheapest_within:1", "within 1% of 0.96, cheaper"
     assert picked.tags[choice.VERSION_TAG_SECOND_VALUE] == "900.0" and picked.value == pytest.approx(0.955)
     assert choice.front_choice(_rec(config={"sweep": {}}), TRIALS, "best_primary") is None, "one objective"

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.errors import BadInput
 
 VERSION_TAG_RULE = "promote_rule"
@@ -40,13 +41,9 @@ class Choice:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def rule_of(config: Mapping[str, Any], given: str | None) -> str:
+def rule_of(sweep: stored.StoredSweep, given: str | None) -> str:
     """The rule: the one given on the command line, else the sweep's ``promote.rule``."""
-    return given or str((config.get("promote") or {}).get("rule") or "best_primary")
-
-
-def require_confirmed(config: Mapping[str, Any]) -> bool:
-    return bool((config.get("promote") or {}).get("require_confirmed"))
+    return given or sweep.promote.rule
 
 
 def confirmed_choice(rec: Any, confirm_records: Sequence[Any]) -> Choice:
@@ -77,7 +74,8 @@ def front_choice(rec: Any, records: Sequence[Any], rule: str) -> Choice | None:
     """A trial from the feasible front by ``rule``; None when the sweep has a single objective."""
     from sweeps.reports import pareto
 
-    objectives, constraints = pareto.objectives_of(rec.config)
+    sweep = stored.read(rec.config)
+    objectives, constraints = sweep.objectives, sweep.constraints
     if not objectives:
         return None
     pts = pareto.points(records, objectives, constraints)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.errors import BadInput
 from sweeps.registry import choice, registry
 from sweeps.registry.gate import (
@@ -126,7 +127,8 @@ def _candidate(sweep_id: str, trial_id: str | None, rule: str | None, confirmed:
 
     rec = store.load(sweep_id)
     records = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
-    confirmed = confirmed or choice.require_confirmed(rec.config)
+    sweep = stored.of(rec)
+    confirmed = confirmed or sweep.promote.require_confirmed
     if confirmed and trial_id is not None:
         raise BadInput("--trial: not with --confirmed (or promote.require_confirmed): the confirmed winner is "
                        "promoted; drop one of them")
@@ -135,7 +137,7 @@ def _candidate(sweep_id: str, trial_id: str | None, rule: str | None, confirmed:
         records = load_records(rec.confirm_dirs, rec.metric, rec.mode, settled=True) if rec.confirm_dirs else []
         picked = choice.confirmed_choice(rec, records)
     elif trial_id is None:
-        picked = choice.front_choice(rec, records, choice.rule_of(rec.config, rule))
+        picked = choice.front_choice(rec, records, choice.rule_of(sweep, rule))
     elif rule is not None:
         raise BadInput("--rule: not with --trial (the rule picks the trial); drop one of them")
     trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, picked.trial_id if picked else trial_id)
