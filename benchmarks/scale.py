@@ -90,7 +90,7 @@ def tracker_for(home: Path, reports: int) -> Any:
     uri = f"sqlite:///{home / 'mlflow.db'}"
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(c, "scale", uri)
-    parent = c.create_run(exp, run_name="scale", tags={tracking.TAG_SWEEP: "scale", tracking.TAG_KIND: "sweep"})
+    parent = c.create_run(exp, run_name="scale", tags={tracking.RUN_TAG_SWEEP: "scale", tracking.RUN_TAG_KIND: "sweep"})
     return callback.make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="scale",
                                   metric=METRIC, mode="max", fixed_params={"epochs": reports}, epochs=reports)
 

@@ -4,6 +4,13 @@
   (``config``, ``store``) -> the base modules (``errors``, ``paths``, ``lease``). A module imports only from
   a lower layer or from its own package, and no two packages of one layer import each other.
 - No import cycle inside a package; ``trainables/`` imports nothing from ``sweeps/``.
+- Hydra and OmegaConf are imported by ``sweeps/config/compose.py`` only: everything after composition reads
+  plain containers and the typed spec.
+- The bundled examples (``trainables``) are imported only inside functions, and only by ``registry`` and the
+  layers above it (promotion's fallback loader reads their common checkpoint layout): config, store,
+  execution, tracking and reports run without them.
+- A stored config is read through ``sweeps/config/stored.py`` (it parses the dict with the validator's
+  readers): nowhere ``<x>.config.get(..)`` or ``<x>.config[..]``, nor on the spec's ``raw`` dict.
 - Small modules, short functions; every module says its job in its first docstring line.
 - Only the CLI prints; no docstring or comment points at a file outside the repository.
 """
@@ -27,6 +34,10 @@ LAYERS = {
     "ops": 5,
     "cli": 6, "__main__": 7,
 }
+HYDRA = ("hydra", "omegaconf")
+HYDRA_IMPORTER = SWEEPS / "config" / "compose.py"
+EXAMPLES = "trainables"
+EXAMPLES_FROM_LAYER = LAYERS["registry"]
 MAX_MODULE_LINES = 320
 MAX_FUNCTION_LINES = 60
 OUTSIDE = re.compile(r"RAY_NOTES|shared/docs|\.\./shared|TESTING_REAL_PARTS|BAD_INPUTS\.md|HOUSE_STYLE")
@@ -64,6 +75,22 @@ def imports(path: Path) -> list[tuple[int, str]]:
                 is_module = (REPO / Path(*sub.split("."))).with_suffix(".py").is_file() or (
                     REPO / Path(*sub.split("."))).is_dir()
                 out.append((node.lineno, sub if is_module else node.module))
+    return out
+
+
+def packages_imported(path: Path) -> list[tuple[int, str, bool]]:
+    """Every absolute import of a file: (line, top-level package, whether at module level)."""
+    out: list[tuple[int, str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                out.extend((child.lineno, a.name.split(".")[0], not in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                out.append((child.lineno, child.module.split(".")[0], not in_function))
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(ast.parse(path.read_text()), False)
     return out
 
 
@@ -112,6 +139,35 @@ def test_trainables_import_nothing_from_sweeps() -> None:
     bad = [f"{p.relative_to(REPO)}:{line} imports {t}" for p in sorted((REPO / "trainables").rglob("*.py"))
            for line, t in imports(p)]
     assert not bad, bad
+
+
+def test_only_compose_imports_hydra() -> None:
+    bad = [f"{p.relative_to(REPO)}:{line} imports {pkg}" for p in modules() if p != HYDRA_IMPORTER
+           for line, pkg, _ in packages_imported(p) if pkg in HYDRA]
+    assert not bad, f"only {HYDRA_IMPORTER.relative_to(REPO)} may import Hydra/OmegaConf: {bad}"
+
+
+def test_the_bundled_examples_are_imported_late_and_only_from_the_top_layers() -> None:
+    bad = []
+    for path in modules():
+        layer = LAYERS[group(dotted(path))]
+        for line, pkg, top in packages_imported(path):
+            if pkg == EXAMPLES and (top or layer < EXAMPLES_FROM_LAYER):
+                bad.append(f"{path.relative_to(REPO)}:{line} (layer {layer}) imports {pkg}"
+                           f"{' at module level' if top else ''}")
+    assert not bad, (f"{EXAMPLES} may be imported only inside functions of layer {EXAMPLES_FROM_LAYER} and above: "
+                     f"{bad}")
+
+
+def test_stored_configs_are_read_through_the_typed_reader() -> None:
+    bad = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "get" else node.value if isinstance(node, ast.Subscript) else None
+            if isinstance(target, ast.Attribute) and target.attr in ("config", "raw"):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not bad, f"read a stored config with sweeps.config.stored, not by key: {bad}"
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(SWEEPS)))

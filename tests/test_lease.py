@@ -104,8 +104,8 @@ def test_stale_runs_are_closed_by_token_and_lease_not_by_host_and_pid(client: An
     }
     exp = client.create_experiment("e")
     runs = {name: client.create_run(exp, tags={
-        tracking.TAG_SWEEP: name, tracking.TAG_KIND: "sweep", tracking.TAG_DRIVER: driver,
-        tracking.TAG_LEASE: f"{expires:.0f}"}).info.run_id for name, (driver, expires, _) in cases.items()}
+        tracking.RUN_TAG_SWEEP: name, tracking.RUN_TAG_KIND: "sweep", tracking.RUN_TAG_DRIVER: driver,
+        tracking.RUN_TAG_LEASE: f"{expires:.0f}"}).info.run_id for name, (driver, expires, _) in cases.items()}
     tracking.close_stale_runs(client)
     closed = {name: client.get_run(run_id).info.status == "KILLED" for name, run_id in runs.items()}
     assert closed == {name: want for name, (_, _, want) in cases.items()}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sweeps.config import stored
 from sweeps.errors import BadInput, GateRefused
 from sweeps.registry import choice, gate
 from sweeps.reports.results import TrialRecord
@@ -38,16 +39,17 @@ TRIALS = [_trial("big", 0.960, 4000), _trial("small", 0.955, 900), _trial("tiny"
 def test_front_choice_follows_the_rule_and_never_takes_an_infeasible_trial() -> None:
     rec = _rec()
     assert choice.front_choice(rec, TRIALS, "best_primary").trial_id == "big", "huge breaks the constraint"
-    picked = choice.front_choice(rec, TRIALS, choice.rule_of(rec.config, None))
+    picked = choice.front_choice(rec, TRIALS, choice.rule_of(stored.read(rec.config), None))
     assert picked.trial_id == "small" and picked.rule == "cheapest_within:1", "within 1% of 0.96, cheaper"
-    assert picked.tags[choice.TAG_SECOND_VALUE] == "900.0" and picked.value == pytest.approx(0.955)
+    assert picked.tags[choice.VERSION_TAG_SECOND_VALUE] == "900.0" and picked.value == pytest.approx(0.955)
     assert choice.front_choice(_rec(config={"sweep": {}}), TRIALS, "best_primary") is None, "one objective"
     with pytest.raises(BadInput, match="no feasible trial"):
         choice.front_choice(rec, [_trial("huge", 0.99, 90000)], "best_primary")
 
 
 def test_the_gate_compares_on_the_same_rule() -> None:
-    tags = {choice.TAG_SECOND_METRIC: "model/params", choice.TAG_SECOND_MODE: "min", choice.TAG_SECOND_VALUE: "900"}
+    tags = {choice.VERSION_TAG_SECOND_METRIC: "model/params", choice.VERSION_TAG_SECOND_MODE: "min",
+            choice.VERSION_TAG_SECOND_VALUE: "900"}
     champ = gate.Champion("1", "val/acc", "max", 0.955, tags=tags)
     cheaper = ("model/params", "min", 500.0)
     ok = gate.gate(champ, name="m", alias="champion", metric="val/acc", mode="max", value=0.951,
@@ -71,6 +73,6 @@ def test_confirmed_choice_takes_the_winner_by_its_pessimistic_bound() -> None:
               _trial("o1", 0.99, 1, lr=0.1, seed=1)]
     picked = choice.confirmed_choice(_rec(confirmed=confirmed), reruns)
     assert picked.trial_id == "w2" and picked.value == 0.91, "the winner's best re-run, gated on its bound"
-    assert picked.tags[choice.TAG_CONFIRMED] == "true" and picked.tags[choice.TAG_BOUND] == "0.91"
+    assert picked.tags[choice.VERSION_TAG_CONFIRMED] == "true" and picked.tags[choice.VERSION_TAG_BOUND] == "0.91"
     with pytest.raises(BadInput, match="sweeps confirm s1"):
         choice.confirmed_choice(_rec(), reruns)

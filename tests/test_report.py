@@ -211,7 +211,7 @@ def test_the_parent_run_and_the_report_say_what_the_loopback_promise_rests_on(
     from sweeps.execution import loopback
     from sweeps.ops.prepare import prepare
     from sweeps.ops.run import new_record
-    from sweeps.tracking.parent import TAG_LISTENERS, open_parent
+    from sweeps.tracking.parent import RUN_TAG_LISTENERS, open_parent
 
     if loopback.loopback_interface() is None:
         pytest.skip("no loopback interface on this machine")
@@ -221,7 +221,7 @@ def test_the_parent_run_and_the_report_say_what_the_loopback_promise_rests_on(
     note = loopback.listeners(spec.cluster.mode)
     assert "GLOO_SOCKET_IFNAME=eth7" in note and "depends on it" in note
     c, exp_id, run_id = open_parent(spec, "quickstart-1", [], None, None, listeners=note)
-    assert c.get_run(run_id).data.tags[TAG_LISTENERS] == note
+    assert c.get_run(run_id).data.tags[RUN_TAG_LISTENERS] == note
     rec = new_record(spec, "quickstart-1", [], exp_id, run_id, 2, None, None)
     assert rec.listeners == note
     assert f"- listeners: {note}" in formats.markdown(rec, collected())

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sweeps.config import stored
 from sweeps.reports import importance, summary
 from sweeps.reports.results import TrialRecord, read_param_schedules
 
@@ -178,13 +179,18 @@ def test_training_time_falls_back_to_tune_iteration_time() -> None:
     assert both.train_s_from == (summary.TRAINABLE_CLOCK, summary.TUNE_CLOCK)
 
 
+def held(cfg: dict[str, Any]) -> tuple[float, float]:
+    sweep = stored.read(cfg)
+    return sweep.cpus_per_trial, sweep.gpus_per_trial
+
+
 def test_cpu_and_gpu_seconds_from_the_trial_resources() -> None:
     cfg = {
         "trainable": {"num_workers": 2, "resources_per_worker": {"CPU": 1, "GPU": 0.5}, "use_gpu": True},
         "cluster": {"driver_cpus": 1},
     }
-    assert summary.trial_resources(cfg) == (3.0, 1.0)
-    assert summary.trial_resources({"trainable": {"num_workers": 4}, "cluster": {"driver_cpus": 0.5}}) == (
+    assert held(cfg) == (3.0, 1.0)
+    assert held({"trainable": {"num_workers": 4}, "cluster": {"driver_cpus": 0.5}}) == (
         4.5,
         0.0,
     )
@@ -202,7 +208,7 @@ def test_settings_from_config() -> None:
         "cluster": {"driver_cpus": 1},
         "report": {"top_k": 3},
     }
-    assert summary.settings_from_config(cfg) == {
+    assert summary.settings_of(stored.read(cfg)) == {
         "top_k": 3,
         "max_epochs": 8,
         "cpus_per_trial": 3.0,

@@ -22,7 +22,7 @@ from sweeps.tracking import client as tracking
 def _tracker(uri: str) -> callback._Tracker:
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(c, "life", uri)
-    parent = c.create_run(exp, run_name="life", tags={tracking.TAG_SWEEP: "life", tracking.TAG_KIND: "sweep"})
+    parent = c.create_run(exp, run_name="life", tags={tracking.RUN_TAG_SWEEP: "life", tracking.RUN_TAG_KIND: "sweep"})
     return callback._Tracker(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="life",
                              metric="val/acc", mode="max", fixed_params={"epochs": 2}, epochs=2)
 
@@ -41,7 +41,7 @@ def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> Non
     uri, t, trial = _started(tmp_path, "a_00000")
     run = mlflow_client(uri).get_run(t.runs["a_00000"])
     assert run.info.status == "RUNNING"
-    assert run.data.tags[tracking.TAG_DRIVER] == lease.driver_id()
+    assert run.data.tags[tracking.RUN_TAG_DRIVER] == lease.driver_id()
     assert run.data.params == {"epochs": "2", "lr": "0.01"}
     for epoch in (1, 2):
         trial.last_result = {"val/acc": 0.5 * epoch, "epoch": epoch, "training_iteration": epoch}
@@ -65,7 +65,7 @@ def test_restored_tracker_reopens_runs_a_dead_driver_left_killed(tmp_path: Path)
     run = mlflow_client(uri).get_run(run_id)
     assert restored.runs["b_00000"] == run_id  # the same run, not a duplicate
     assert run.info.status == "RUNNING"
-    assert run.data.tags[tracking.TAG_DRIVER] == lease.driver_id()
+    assert run.data.tags[tracking.RUN_TAG_DRIVER] == lease.driver_id()
 
 
 class _LostResponse:

@@ -120,7 +120,7 @@ def logged(served_sweep: ServedSweep) -> Logged:
     c = mlflow_client(s.url)
     exp = c.get_experiment_by_name("quickstart")
     runs = c.search_runs([exp.experiment_id], max_results=100)
-    parents = [r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep"]
+    parents = [r for r in runs if r.data.tags.get(tracking.RUN_TAG_KIND) == "sweep"]
     assert len(parents) == 1, [r.data.tags for r in runs]
     children = [r for r in runs if r.info.run_id != parents[0].info.run_id]
     return Logged(s.env, s.server, s.artifacts, s.sweep_id, s.git_head, c, parents[0], children)
@@ -148,7 +148,7 @@ def test_parent_run_names_the_sweep_and_its_outcome(logged: Logged) -> None:
 
     p = logged.parent
     tags = p.data.tags
-    assert p.info.run_name == logged.sweep_id == tags[tracking.TAG_SWEEP]
+    assert p.info.run_name == logged.sweep_id == tags[tracking.RUN_TAG_SWEEP]
     assert p.info.status == "FINISHED"
     assert tags["experiment"] == "quickstart" and tags["scheduler"] == "asha" and tags["searcher"] == "random"
     assert tags["metric"] == "val/acc" and tags["mode"] == "max"
@@ -157,10 +157,10 @@ def test_parent_run_names_the_sweep_and_its_outcome(logged: Logged) -> None:
     assert tags["count.total"] == str(TRIALS)
     assert int(tags["count.completed"]) + int(tags["count.early_stopped"]) == TRIALS
     assert tags["count.failed"] == "0"
-    trial_ids = {r.data.tags[tracking.TAG_TRIAL] for r in logged.children}
+    trial_ids = {r.data.tags[tracking.RUN_TAG_TRIAL] for r in logged.children}
     assert tags["best_trial_id"] in trial_ids
     best_child = next(r for r in logged.children if r.info.run_id == tags["best_run_id"])
-    assert best_child.data.tags[tracking.TAG_TRIAL] == tags["best_trial_id"]
+    assert best_child.data.tags[tracking.RUN_TAG_TRIAL] == tags["best_trial_id"]
     best_seen = max(m.value for r in logged.children
                     for m in logged.client.get_metric_history(r.info.run_id, "val/acc"))
     assert float(tags["best_metric"]) == pytest.approx(best_seen)
@@ -183,9 +183,9 @@ def test_one_child_run_per_trial_nested_under_the_parent(logged: Logged) -> None
     for r in logged.children:
         tags = r.data.tags
         assert tags[tracking.PARENT_TAG] == logged.parent.info.run_id
-        assert tags[tracking.TAG_KIND] == "trial" and tags[tracking.TAG_SWEEP] == logged.sweep_id
+        assert tags[tracking.RUN_TAG_KIND] == "trial" and tags[tracking.RUN_TAG_SWEEP] == logged.sweep_id
         assert r.info.status == "FINISHED", (r.info.run_name, r.info.status)
-    assert len({r.data.tags[tracking.TAG_TRIAL] for r in logged.children}) == TRIALS
+    assert len({r.data.tags[tracking.RUN_TAG_TRIAL] for r in logged.children}) == TRIALS
 
 
 @pytest.mark.slow
@@ -375,7 +375,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     c = mlflow_client(served.url)
     exp_id = c.get_experiment_by_name("quickstart").experiment_id
     runs = c.search_runs([exp_id])
-    parent = next(r for r in runs if r.data.tags.get(tracking.TAG_KIND) == "sweep")
+    parent = next(r for r in runs if r.data.tags.get(tracking.RUN_TAG_KIND) == "sweep")
     children = {r.info.run_name: r.info.run_id for r in runs
                 if r.data.tags.get(tracking.PARENT_TAG) == parent.info.run_id}
     assert parent.info.run_name == served.sweep_id and len(children) == TRIALS

@@ -73,6 +73,20 @@ def test_knob_errors_name_the_bad_key_and_value(key: str, bad: object) -> None:
         common.check_knobs({"lr": 0.01, key: bad})
 
 
+@pytest.mark.parametrize("params", [
+    {}, {"lr": 0.01, "scale_lr": True, "grad_accum_steps": 8, "torch_threads": 2}, {"torch_threads": 0},
+    {"scale_lr": "false"}, {"scale_lr": 1}, {"grad_accum_steps": 0}, {"grad_accum_steps": 2.5},
+    {"grad_accum_steps": True}, {"grad_accum_steps": "4"}, {"lr": 0}, {"lr": -0.1}, {"lr": float("nan")},
+    {"lr": "0.01"}, {"lr": True}, {"torch_threads": -1}, {"torch_threads": 1.5},
+    {"lr": -1, "scale_lr": "yes", "grad_accum_steps": 0, "torch_threads": -2},
+], ids=repr)
+def test_the_validator_checks_the_knobs_as_the_trainables_do(params: dict[str, Any]) -> None:
+    """sweeps.config does not import the bundled examples: its copy of the knob rules must agree with theirs."""
+    from sweeps.config.sections.trainable import knob_errors
+
+    assert knob_errors(params) == common.knob_errors(params)
+
+
 def test_knob_errors_reports_every_problem_at_once() -> None:
     errors = common.knob_errors({"lr": -1, "scale_lr": "yes", "grad_accum_steps": 0})
     assert [e.split(":")[0] for e in errors] == ["lr", "scale_lr", "grad_accum_steps"]

@@ -138,7 +138,7 @@ def test_the_best_tag_moves_to_the_new_best_run(sweeps_env: Any) -> None:
 
     c = mc.client(sweeps_env.tracking_uri)
     exp = mc.get_or_create_experiment(c, "best-tag", sweeps_env.tracking_uri)
-    parent = c.create_run(exp, tags={mc.TAG_SWEEP: "s"}).info.run_id
+    parent = c.create_run(exp, tags={mc.RUN_TAG_SWEEP: "s"}).info.run_id
     a, b = (c.create_run(exp, tags={mc.PARENT_TAG: parent}).info.run_id for _ in range(2))
     rec = store.SweepRecord("s", "best-tag", 0.0, "finished", "/x", ["/x/s"], sweeps_env.tracking_uri,
                             mlflow_experiment_id=exp, parent_run_id=parent)

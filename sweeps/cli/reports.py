@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sweeps import store
+from sweeps.config import stored
 from sweeps.errors import BadInput
 from sweeps.reports.compare import write_comparison
 from sweeps.reports.formats import FORMATS
@@ -35,8 +36,7 @@ def cli_compare(args: argparse.Namespace) -> int:
     if getattr(args, "out", None):
         out = Path(args.out)
     else:
-        base = (rec_a.config.get("report") or {}).get("dir") or "reports"
-        out = Path(base) / "compare" / f"{rec_a.sweep_id}__vs__{rec_b.sweep_id}"
+        out = Path(stored.of(rec_a).report.dir) / "compare" / f"{rec_a.sweep_id}__vs__{rec_b.sweep_id}"
     out = out.resolve()
     md = write_comparison(rec_a, rec_b, out)
     print(f"comparison of {rec_a.sweep_id} (A) and {rec_b.sweep_id} (B):")

@@ -11,8 +11,10 @@ options, and suggest the closest key for a typo.
 from __future__ import annotations
 
 import difflib
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +42,36 @@ def _flatten(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+@contextmanager
+def guarded_loading() -> Iterator[None]:
+    """While Hydra composes: every config file it opens is checked first (only the files it uses), by
+    :func:`sweeps.config.limits.check_file`."""
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+
+    from sweeps.config import limits
+
+    original = FileConfigSource.load_config
+
+    def load_config(self: Any, config_path: str) -> Any:
+        name = self._normalize_file_name(config_path)
+        full = Path(os.path.realpath(os.path.join(self.path, name)))
+        limits.check_file(full, os.path.dirname(name))
+        return original(self, config_path)
+
+    FileConfigSource.load_config = load_config  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FileConfigSource.load_config = original  # type: ignore[method-assign]
+
+
 def _compose_raw(overrides: Sequence[str]) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from sweeps.config import limits
-
     GlobalHydra.instance().clear()
-    with limits.guarded_loading(), initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3",
-                                                         job_name="sweeps"):
+    with guarded_loading(), initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3",
+                                                  job_name="sweeps"):
         return compose(config_name=PRIMARY, overrides=list(overrides))
 
 
@@ -153,6 +176,7 @@ def to_plain(cfg: Any) -> dict[str, Any]:
 
 
 def to_yaml(cfg: Any, resolve: bool = False) -> str:
+    """A composed config (a DictConfig or plain containers) as YAML, the way Hydra prints it."""
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(cfg, resolve=resolve)

@@ -12,10 +12,8 @@
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -81,7 +79,8 @@ def _file_error(path: str, size: int, mtime: float) -> str | None:
 
 
 def check_file(path: Path, group: str) -> None:
-    """Refuse an oversized or alias-bomb YAML file, naming its config group (called as Hydra opens it)."""
+    """Refuse an oversized or alias-bomb YAML file, naming its config group (called as Hydra opens it: see
+    :func:`sweeps.config.compose.guarded_loading`)."""
     try:
         st = path.stat()
     except OSError:
@@ -90,26 +89,6 @@ def check_file(path: Path, group: str) -> None:
     if problem:
         raise BadInput(f"{group or 'config'}: the config file {path.name if not group else group + '/' + path.name} "
                        f"is refused: {problem}")
-
-
-@contextmanager
-def guarded_loading() -> Iterator[None]:
-    """While Hydra composes: every config file it opens is checked first (only the files it uses)."""
-    from hydra._internal.core_plugins.file_config_source import FileConfigSource
-
-    original = FileConfigSource.load_config
-
-    def load_config(self: Any, config_path: str) -> Any:
-        name = self._normalize_file_name(config_path)
-        full = Path(os.path.realpath(os.path.join(self.path, name)))
-        check_file(full, os.path.dirname(name))
-        return original(self, config_path)
-
-    FileConfigSource.load_config = load_config  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        FileConfigSource.load_config = original  # type: ignore[method-assign]
 
 
 def override_errors(overrides: Sequence[str]) -> list[str]:

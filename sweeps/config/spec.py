@@ -1,6 +1,7 @@
 """The typed, frozen config objects of a sweep (built once by :func:`sweeps.config.build.build_spec`).
 
-Nothing after validation reads Hydra or raw dicts by string key: the pipeline reads these attributes.
+Nothing after validation reads Hydra or raw dicts by string key: the pipeline reads these attributes, and what
+a later command reads of a stored sweep's config, :mod:`sweeps.config.stored` reads into typed values once.
 """
 
 from __future__ import annotations

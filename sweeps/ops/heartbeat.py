@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from sweeps import lease, store
-from sweeps.tracking.client import TAG_LEASE
+from sweeps.tracking.client import RUN_TAG_LEASE
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Heartbeat:
         expires = lease.expiry()
         store.update(self.sweep_id, lease_expires=expires)
         if self.client is not None and self.parent_run_id:
-            self.client.set_tag(self.parent_run_id, TAG_LEASE, f"{expires:.0f}")
+            self.client.set_tag(self.parent_run_id, RUN_TAG_LEASE, f"{expires:.0f}")
 
     def _run(self) -> None:
         while not self._stop.wait(lease.LEASE_S / 4):

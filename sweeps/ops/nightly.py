@@ -136,9 +136,10 @@ def _compare(prev: Any, rec: Any, spec: Any) -> str | None:
 
 def _front_regressed(prev: Any, rec: Any) -> str | None:
     """Multi-objective: the new front is dominated by the previous run's champion (its best primary point)."""
-    from sweeps.reports.pareto import dominates, objectives_of
+    from sweeps.config.stored import read
+    from sweeps.reports.pareto import dominates
 
-    objs, _ = objectives_of(rec.config)
+    objs = read(rec.config).objectives
     old = [p for p in prev.pareto if p["rank"] == 1 and p["feasible"]]
     new = [p for p in rec.pareto if p["rank"] == 1 and p["feasible"]]
     if not objs or not old:

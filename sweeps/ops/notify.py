@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.config.spec import NotifyCfg
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def notify_promoted(sweep_id: str, text: str) -> bool:
     from sweeps.ops.prepare import spec_for
 
     rec = store.load(sweep_id)
-    if not (rec.config.get("notify") or {}).get("webhook_url"):
+    if not stored.of(rec).webhook_set:
         return False  # the stored config says whether one was set (its value is redacted)
     try:
         cfg = spec_for(rec, []).notify

@@ -26,7 +26,7 @@ def _reopen_parent(c: Any, rec: store.SweepRecord) -> None:
     if not rec.parent_run_id:
         return
     c.update_run(rec.parent_run_id, status="RUNNING")
-    c.set_tag(rec.parent_run_id, mc.TAG_DRIVER, driver_id())
+    c.set_tag(rec.parent_run_id, mc.RUN_TAG_DRIVER, driver_id())
 
 
 def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None = None) -> runner.Outcome:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import store, uris
-from sweeps.config import redaction
+from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
 from sweeps.execution import loopback, raystart, stall
 from sweeps.execution.plan import per_trial
@@ -135,7 +135,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             wall = time.monotonic() - t0 + (rec.wall_s or 0.0)
             tracker.close_open("KILLED")
             records_ = _records(spec, rec, settled=status == "finished")
-            cpus, gpus = summary.trial_resources(spec.raw, per_trial(spec))
+            cpus, gpus = stored.cpus_gpus(per_trial(spec))
             summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
                                    max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots,
                                    cpus_per_trial=cpus, gpus_per_trial=gpus)

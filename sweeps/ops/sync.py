@@ -23,7 +23,7 @@ STATUS = {"TERMINATED": "FINISHED", "ERROR": "FAILED"}
 def _child_runs(c: Any, rec: store.SweepRecord) -> dict[str, Any]:
     runs = mc.find_runs(c, [rec.mlflow_experiment_id],
                               f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
-    return {r.data.tags[mc.TAG_TRIAL]: r for r in runs if mc.TAG_TRIAL in r.data.tags}
+    return {r.data.tags[mc.RUN_TAG_TRIAL]: r for r in runs if mc.RUN_TAG_TRIAL in r.data.tags}
 
 
 def _missing_metrics(c: Any, run_id: str, trial: TrialRecord) -> list[Any]:
@@ -58,8 +58,8 @@ def sync(sweep_id: str) -> dict[str, int]:
         run = children.get(trial.trial_id)
         if run is None:
             created = c.create_run(rec.mlflow_experiment_id, run_name=f"run_trial_{trial.trial_id}", tags={
-                mc.PARENT_TAG: rec.parent_run_id, mc.TAG_SWEEP: rec.sweep_id,
-                mc.TAG_TRIAL: trial.trial_id, mc.TAG_KIND: "trial", "synced": "true"})
+                mc.PARENT_TAG: rec.parent_run_id, mc.RUN_TAG_SWEEP: rec.sweep_id,
+                mc.RUN_TAG_TRIAL: trial.trial_id, mc.RUN_TAG_KIND: "trial", "synced": "true"})
             mc.log_params(c, created.info.run_id, trial.params)
             run_id = created.info.run_id
             counts["runs_created"] += 1

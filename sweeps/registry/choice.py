@@ -17,15 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.errors import BadInput
 
-TAG_RULE = "promote_rule"
-TAG_SECOND_METRIC = "second_metric"
-TAG_SECOND_VALUE = "second_value"
-TAG_SECOND_MODE = "second_mode"
-TAG_CONFIRMED = "confirmed"
-TAG_BOUND = "pessimistic_bound"
-TAG_FRONT = "pareto_front"
+VERSION_TAG_RULE = "promote_rule"
+VERSION_TAG_SECOND_METRIC = "second_metric"
+VERSION_TAG_SECOND_VALUE = "second_value"
+VERSION_TAG_SECOND_MODE = "second_mode"
+VERSION_TAG_CONFIRMED = "confirmed"
+VERSION_TAG_BOUND = "pessimistic_bound"
+VERSION_TAG_FRONT = "pareto_front"
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,9 @@ class Choice:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def rule_of(config: Mapping[str, Any], given: str | None) -> str:
+def rule_of(sweep: stored.StoredSweep, given: str | None) -> str:
     """The rule: the one given on the command line, else the sweep's ``promote.rule``."""
-    return given or str((config.get("promote") or {}).get("rule") or "best_primary")
-
-
-def require_confirmed(config: Mapping[str, Any]) -> bool:
-    return bool((config.get("promote") or {}).get("require_confirmed"))
+    return given or sweep.promote.rule
 
 
 def confirmed_choice(rec: Any, confirm_records: Sequence[Any]) -> Choice:
@@ -69,7 +66,7 @@ def confirmed_choice(rec: Any, confirm_records: Sequence[Any]) -> Choice:
     _, best = max(runs, key=lambda vr: sign * vr[0])
     bound = float(win["pessimistic"])
     return Choice(best.trial_id, "confirmed", value=bound, from_confirm=True,
-                  tags={TAG_CONFIRMED: "true", TAG_BOUND: repr(bound), "confirmed_n": str(win["n"]),
+                  tags={VERSION_TAG_CONFIRMED: "true", VERSION_TAG_BOUND: repr(bound), "confirmed_n": str(win["n"]),
                         "confirmed_mean": repr(float(win["mean"]))})
 
 
@@ -77,7 +74,8 @@ def front_choice(rec: Any, records: Sequence[Any], rule: str) -> Choice | None:
     """A trial from the feasible front by ``rule``; None when the sweep has a single objective."""
     from sweeps.reports import pareto
 
-    objectives, constraints = pareto.objectives_of(rec.config)
+    sweep = stored.read(rec.config)
+    objectives, constraints = sweep.objectives, sweep.constraints
     if not objectives:
         return None
     pts = pareto.points(records, objectives, constraints)
@@ -88,8 +86,8 @@ def front_choice(rec: Any, records: Sequence[Any], rule: str) -> Choice | None:
                        f"{cons}); nothing to promote")
     second = (objectives[1].metric, objectives[1].mode, point.values[1])
     return Choice(point.trial_id, rule, value=point.values[0], second=second,
-                  tags={TAG_RULE: rule, TAG_FRONT: "true", TAG_SECOND_METRIC: second[0],
-                        TAG_SECOND_MODE: second[1], TAG_SECOND_VALUE: repr(second[2])})
+                  tags={VERSION_TAG_RULE: rule, VERSION_TAG_FRONT: "true", VERSION_TAG_SECOND_METRIC: second[0],
+                        VERSION_TAG_SECOND_MODE: second[1], VERSION_TAG_SECOND_VALUE: repr(second[2])})
 
 
 def rule_better(rule: str, mode: str, new: float, old: float, new_second: tuple[str, str, float] | None,
@@ -98,10 +96,10 @@ def rule_better(rule: str, mode: str, new: float, old: float, new_second: tuple[
     and strictly better on the same second objective. None when the rule does not apply (plain comparison)."""
     if not rule.startswith("cheapest_within:") or new_second is None:
         return None
-    if old_tags.get(TAG_SECOND_METRIC) != new_second[0] or old_tags.get(TAG_SECOND_MODE) != new_second[1]:
+    if (old_tags.get(VERSION_TAG_SECOND_METRIC), old_tags.get(VERSION_TAG_SECOND_MODE)) != new_second[:2]:
         return None
     try:
-        old_second = float(old_tags[TAG_SECOND_VALUE])
+        old_second = float(old_tags[VERSION_TAG_SECOND_VALUE])
     except (KeyError, ValueError):
         return None
     if not (math.isfinite(new) and math.isfinite(old)):

@@ -1,6 +1,6 @@
 """The champion gate and the registry's naming rules: pure functions, no I/O.
 
-A version's lineage and recorded metric live in its tags (``TAG_*``); the gate compares a candidate's value
+A version's lineage and recorded metric live in its tags (``VERSION_TAG_*``); the gate compares a candidate's value
 with the value the alias's current version recorded.
 """
 
@@ -23,38 +23,39 @@ RESERVED_ALIAS = re.compile(r"^(latest|v\d+)$", re.IGNORECASE)
 EXAMPLE_ROWS = 5
 
 
-# Version tags: the lineage of a registered model version.
-TAG_SWEEP = "sweep_id"
+# Version tags: the lineage of a registered model version (the runs sweeps writes carry other tags, under
+# other names: sweeps.tracking.client.RUN_TAG_*).
+VERSION_TAG_SWEEP = "sweep_id"
 
 
-TAG_TRIAL = "trial_id"
+VERSION_TAG_TRIAL = "trial_id"
 
 
-TAG_METRIC = "metric"
+VERSION_TAG_METRIC = "metric"
 
 
-TAG_VALUE = "metric_value"
+VERSION_TAG_VALUE = "metric_value"
 
 
-TAG_MODE = "mode"
+VERSION_TAG_MODE = "mode"
 
 
-TAG_GIT = "git_commit"
+VERSION_TAG_GIT = "git_commit"
 
 
-TAG_DIGEST = "config_digest"
+VERSION_TAG_DIGEST = "config_digest"
 
 
-TAG_RUN = "run_id"
+VERSION_TAG_RUN = "run_id"
 
 
-TAG_CHECKPOINT = "checkpoint"
+VERSION_TAG_CHECKPOINT = "checkpoint"
 
 
-TAG_FORCED = "forced"
+VERSION_TAG_FORCED = "forced"
 
 
-TAG_TASK = "task"
+VERSION_TAG_TASK = "task"
 
 
 EVAL_TAGS = ("accuracy", "rmse", "perplexity")
@@ -104,8 +105,8 @@ class Champion:
 
     @classmethod
     def from_tags(cls, version: str, tags: Mapping[str, str]) -> Champion:
-        return cls(version=str(version), metric=tags.get(TAG_METRIC), mode=tags.get(TAG_MODE),
-                   value=_float(tags.get(TAG_VALUE)), tags=dict(tags))
+        return cls(version=str(version), metric=tags.get(VERSION_TAG_METRIC), mode=tags.get(VERSION_TAG_MODE),
+                   value=_float(tags.get(VERSION_TAG_VALUE)), tags=dict(tags))
 
 
 def _float(text: str | None) -> float | None:

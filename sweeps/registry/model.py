@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from sweeps import uris
-from sweeps.config import security, trust
+from sweeps.config import security, stored, trust
 from sweeps.config.targets import TargetRefused, resolve
 from sweeps.errors import BadInput
 
@@ -29,19 +29,17 @@ def verify_checkpoint(path: str | None, trial_id: str) -> str:
 
 def hook(rec: Any) -> tuple[str, str]:
     """(config key, dotted path) of the trainable's loader: ``load_model``, else the ``builder`` fallback."""
-    t = (rec.config or {}).get("trainable") or {}
-    for key in ("load_model", "builder"):
-        value = t.get(key)
-        if isinstance(value, str) and value:
-            return f"trainable.{key}", value
-    raise BadInput(f"trainable.load_model: sweep {rec.sweep_id}'s trainable {t.get('name')!r} names no loader "
+    trainable = stored.read(rec.config).trainable
+    if trainable.loader:
+        return trainable.loader
+    raise BadInput(f"trainable.load_model: sweep {rec.sweep_id}'s trainable {trainable.name!r} names no loader "
                    f"(load_model(checkpoint_dir, config) -> trainables.common.ServableModel); promote needs one")
 
 
 def _allowed(rec: Any) -> tuple[str, ...]:
     """The allowlist the sweep's conf files gave (re-checked: the index record is only a file), plus what
     ``$SWEEPS_ALLOWED_TARGETS`` adds now: the same two trusted sources a sweep reads."""
-    extra = ((rec.config or {}).get("security") or {}).get("allowed_targets") or []
+    extra = stored.read(rec.config).allowed_targets
     env = trust.env_targets()
     errors = security.extra_errors(extra) + security.extra_errors(env, trust.ENV)
     if errors:
@@ -68,7 +66,7 @@ def load(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any, str]:
         raise BadInput(f"{key}: cannot import {dotted!r} and {module}.validation_data() ({exc}); a trainable "
                        f"exposes both for promotion") from None
     loader = target if key == "trainable.load_model" else _builder_loader(target)
-    params = dict(((rec.config or {}).get("trainable") or {}).get("params") or {})
+    params = dict(stored.read(rec.config).trainable.params)
     config = {**params, **trial.params}
     try:
         with uris.local_copy(checkpoint) as folder:

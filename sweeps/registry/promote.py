@@ -28,20 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.errors import BadInput
 from sweeps.registry import choice, registry
 from sweeps.registry.gate import (
-    TAG_CHECKPOINT,
-    TAG_DIGEST,
-    TAG_FORCED,
-    TAG_GIT,
-    TAG_METRIC,
-    TAG_MODE,
-    TAG_RUN,
-    TAG_SWEEP,
-    TAG_TASK,
-    TAG_TRIAL,
-    TAG_VALUE,
+    VERSION_TAG_CHECKPOINT,
+    VERSION_TAG_DIGEST,
+    VERSION_TAG_FORCED,
+    VERSION_TAG_GIT,
+    VERSION_TAG_METRIC,
+    VERSION_TAG_MODE,
+    VERSION_TAG_RUN,
+    VERSION_TAG_SWEEP,
+    VERSION_TAG_TASK,
+    VERSION_TAG_TRIAL,
+    VERSION_TAG_VALUE,
     check_alias,
     check_model_name,
     gate,
@@ -126,7 +127,8 @@ def _candidate(sweep_id: str, trial_id: str | None, rule: str | None, confirmed:
 
     rec = store.load(sweep_id)
     records = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
-    confirmed = confirmed or choice.require_confirmed(rec.config)
+    sweep = stored.of(rec)
+    confirmed = confirmed or sweep.promote.require_confirmed
     if confirmed and trial_id is not None:
         raise BadInput("--trial: not with --confirmed (or promote.require_confirmed): the confirmed winner is "
                        "promoted; drop one of them")
@@ -135,7 +137,7 @@ def _candidate(sweep_id: str, trial_id: str | None, rule: str | None, confirmed:
         records = load_records(rec.confirm_dirs, rec.metric, rec.mode, settled=True) if rec.confirm_dirs else []
         picked = choice.confirmed_choice(rec, records)
     elif trial_id is None:
-        picked = choice.front_choice(rec, records, choice.rule_of(rec.config, rule))
+        picked = choice.front_choice(rec, records, choice.rule_of(sweep, rule))
     elif rule is not None:
         raise BadInput("--rule: not with --trial (the rule picks the trial); drop one of them")
     trial = pick_trial(records, rec.metric, rec.mode, rec.sweep_id, picked.trial_id if picked else trial_id)
@@ -232,12 +234,13 @@ def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, k
     with lock.holding(c, name, alias) as held:
         replaced = _gate(cand, name, alias, force, c)  # authoritative: nobody else can move the alias now
         time.sleep(float(os.environ.get(PAUSE_ENV, 0) or 0))  # tests: hold the gate open so promotions overlap
-        tags = {TAG_SWEEP: rec.sweep_id, TAG_TRIAL: trial.trial_id, TAG_METRIC: rec.metric,
-                TAG_VALUE: repr(cand.value), TAG_MODE: rec.mode, TAG_GIT: git, TAG_DIGEST: rec.digest,
-                TAG_RUN: run.info.run_id, TAG_CHECKPOINT: cand.checkpoint, TAG_TASK: task,
+        tags = {VERSION_TAG_SWEEP: rec.sweep_id, VERSION_TAG_TRIAL: trial.trial_id, VERSION_TAG_METRIC: rec.metric,
+                VERSION_TAG_VALUE: repr(cand.value), VERSION_TAG_MODE: rec.mode, VERSION_TAG_GIT: git,
+                VERSION_TAG_DIGEST: rec.digest, VERSION_TAG_RUN: run.info.run_id,
+                VERSION_TAG_CHECKPOINT: cand.checkpoint, VERSION_TAG_TASK: task,
                 **{k: repr(v) for k, v in evaluation.items()}, **cand.choice.tags}
         if force and replaced:
-            tags[TAG_FORCED] = "true"
+            tags[VERSION_TAG_FORCED] = "true"
         version, uri = registry.register(rec, run.info.run_id, kwargs, name, tags)
         held.check()  # still ours: nobody else moved the alias since the gate read it
         c.set_registered_model_alias(name, alias, version)

@@ -12,11 +12,11 @@ from typing import Any
 from sweeps.errors import BadInput
 from sweeps.registry.gate import (
     EVAL_TAGS,
-    TAG_METRIC,
-    TAG_MODE,
-    TAG_SWEEP,
-    TAG_TRIAL,
-    TAG_VALUE,
+    VERSION_TAG_METRIC,
+    VERSION_TAG_MODE,
+    VERSION_TAG_SWEEP,
+    VERSION_TAG_TRIAL,
+    VERSION_TAG_VALUE,
     Champion,
     _float,
 )
@@ -56,7 +56,7 @@ def find_trial_run(c: Any, rec: Any, trial_id: str) -> Any:
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} has no MLflow parent run; back-fill it with "
                        f"`python -m sweeps sync {rec.sweep_id}`")
     runs = mc.find_runs(c, [rec.mlflow_experiment_id],
-                              f"tags.`{mc.TAG_TRIAL}` = '{trial_id}' and "
+                              f"tags.`{mc.RUN_TAG_TRIAL}` = '{trial_id}' and "
                               f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
     if not runs:
         raise BadInput(f"trial {trial_id} of sweep {rec.sweep_id} has no MLflow run in {rec.tracking_uri}; "
@@ -93,7 +93,7 @@ def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: di
         # would flip a KILLED/FINISHED run to RUNNING and then FINISHED. (mlflow.pyfunc.log_model takes no
         # run_id; it calls Model.log with flavor=mlflow.pyfunc.)
         info = Model.log(artifact_path=None, name="model", flavor=mlflow.pyfunc, run_id=run_id,
-                         tags={TAG_SWEEP: rec.sweep_id, TAG_TRIAL: tags[TAG_TRIAL]}, **package)
+                         tags={VERSION_TAG_SWEEP: rec.sweep_id, VERSION_TAG_TRIAL: tags[VERSION_TAG_TRIAL]}, **package)
         mv = mlflow.register_model(info.model_uri, name, tags=tags)
     return str(mv.version), str(info.model_uri)
 
@@ -125,15 +125,15 @@ def _registered(c: Any) -> list[Any]:
 
 def _row(mv: Any, aliases: Sequence[str]) -> dict[str, str]:
     tags = dict(mv.tags or {})
-    value = _float(tags.get(TAG_VALUE))
+    value = _float(tags.get(VERSION_TAG_VALUE))
     metric = "-"
     if value is not None:
-        metric = f"{tags.get(TAG_METRIC, '?')}={value:.4f} ({tags.get(TAG_MODE, '?')})"
+        metric = f"{tags.get(VERSION_TAG_METRIC, '?')}={value:.4f} ({tags.get(VERSION_TAG_MODE, '?')})"
     evals = [f"{k}={float(tags[k]):.4f}" for k in EVAL_TAGS if _float(tags.get(k)) is not None]
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((mv.creation_timestamp or 0) / 1000))
     return {"name": mv.name, "version": str(mv.version), "aliases": ",".join(sorted(aliases)) or "-",
-            "metric": metric, "eval": " ".join(evals) or "-", "sweep": tags.get(TAG_SWEEP, "-"),
-            "trial": tags.get(TAG_TRIAL, "-"), "created": created}
+            "metric": metric, "eval": " ".join(evals) or "-", "sweep": tags.get(VERSION_TAG_SWEEP, "-"),
+            "trial": tags.get(VERSION_TAG_TRIAL, "-"), "created": created}
 
 
 def list_models(uri: str, name: str | None = None) -> list[dict[str, str]]:

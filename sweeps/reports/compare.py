@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.reports.formats import html_page, md_table
-from sweeps.reports.load import NoResults, _objective, load_sweep
+from sweeps.reports.load import NoResults, load_sweep
 from sweeps.reports.outline import Section, Table, date_text, fmt, num
 from sweeps.reports.summary import Summary
 from sweeps.reports.write import complete
@@ -71,13 +72,13 @@ def _side_by_side(a: SweepRecord, b: SweepRecord, sa: Summary | None, sb: Summar
     def attr(s: Summary | None, name: str) -> Any:
         return getattr(s, name) if s is not None else None
 
-    ma, mb = _objective(a), _objective(b)
+    ma, mb = stored.of(a), stored.of(b)
     rows: list[tuple[str, Any, Any]] = [
         ("sweep", a.sweep_id, b.sweep_id),
         ("experiment", a.experiment, b.experiment),
         ("started", date_text(a.created), date_text(b.created)),
         ("status", a.status, b.status),
-        ("objective", f"{ma[0]} ({ma[1]})", f"{mb[0]} ({mb[1]})"),
+        ("objective", f"{ma.metric} ({ma.mode})", f"{mb.metric} ({mb.mode})"),
         ("searcher / scheduler", f"{a.searcher} / {a.scheduler}", f"{b.searcher} / {b.scheduler}"),
         ("trials", counts(a, sa), counts(b, sb)),
         ("best metric", va, vb),
@@ -106,7 +107,8 @@ def _param_table(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> Table:
 
 
 def _verdict(a: SweepRecord, b: SweepRecord, sa: Summary | None, sb: Summary | None) -> str:
-    (metric_a, mode), (metric_b, _) = _objective(a), _objective(b)
+    ca, cb = stored.of(a), stored.of(b)
+    metric_a, mode, metric_b = ca.metric, ca.mode, cb.metric
     va, vb = _best(a, sa)[0], _best(b, sb)[0]
     if metric_a != metric_b:
         return (
@@ -132,7 +134,7 @@ def comparison_sections(
     for rec, s in ((a, sa), (b, sb)):
         if s is None:
             notes.append(f"{rec.sweep_id}: Ray results gone; figures from the sweep index only")
-    space_a, space_b = a.config.get("search_space") or {}, b.config.get("search_space") or {}
+    space_a, space_b = stored.of(a).space, stored.of(b).space
     space = Table(
         ["parameter", "A", "B", "differs"],
         [
@@ -145,6 +147,7 @@ def comparison_sections(
             for n in dict.fromkeys([*space_a, *space_b])
         ],
     )
+    # the whole stored configs, key by key: what differs, whether or not a later stage reads it
     fa = {k: v for k, v in _flat(a.config).items() if not k.startswith(SKIP_CONFIG_DIFF)}
     fb = {k: v for k, v in _flat(b.config).items() if not k.startswith(SKIP_CONFIG_DIFF)}
     changed = [
@@ -167,9 +170,7 @@ def comparison_sections(
 
 def _fronts(a: SweepRecord, b: SweepRecord) -> list[Section]:
     """Multi-objective sweeps: each one's Pareto front, side by side."""
-    from sweeps.reports.pareto import objectives_of
-
-    objs, _ = objectives_of(b.config)
+    objs = stored.of(b).objectives
     if not objs or not (a.pareto or b.pareto):
         return []
     rows = [[label, p["trial_id"], *(fmt(v) for v in p["values"])]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import uris
+from sweeps.config import stored
 from sweeps.errors import SweepsError
 from sweeps.reports import summary
 from sweeps.reports.outline import date_text, fmt, num
@@ -24,11 +25,6 @@ class NoResults(SweepsError):
     """A sweep whose Ray results are gone (or were never written)."""
 
 
-def _objective(rec: SweepRecord) -> tuple[str, str]:
-    sweep_cfg = rec.config.get("sweep") or {}
-    return rec.metric or str(sweep_cfg.get("metric", "")), rec.mode or str(sweep_cfg.get("mode", "max"))
-
-
 def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
     """A sweep's trial records and summary: from its Ray results folder(s), else from its MLflow runs.
 
@@ -37,8 +33,9 @@ def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
     """
     from sweeps.reports.results import load_records
 
-    metric, mode = _objective(rec)
-    settings = summary.settings_from_config(rec.config, rec.per_trial)
+    sweep = stored.of(rec)
+    metric, mode = sweep.metric, sweep.mode
+    settings = summary.settings_of(sweep)
     if any(uris.is_dir(d) for d in rec.experiment_dirs):
         records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"],
                                settled=rec.status == "finished")
@@ -104,15 +101,15 @@ def records_from_mlflow(rec: SweepRecord) -> list[Any]:
             f"sweep {rec.sweep_id}: its Ray results are gone and MLflow ({uri}) has no trial runs "
             f"under parent run {rec.parent_run_id}"
         )
-    space = rec.config.get("search_space") or {}
+    space = stored.of(rec).space
     status_of = {"FINISHED": "TERMINATED", "FAILED": "ERROR", "KILLED": "KILLED"}
     records = []
-    for run in sorted(runs, key=lambda r: r.data.tags.get(mc.TAG_TRIAL, "")):
+    for run in sorted(runs, key=lambda r: r.data.tags.get(mc.RUN_TAG_TRIAL, "")):
         tags, params = run.data.tags, run.data.params
         names = [k for k in space if k in params] or list(params)  # the space's order, as Tune's
         records.append(
             TrialRecord(
-                trial_id=tags.get(mc.TAG_TRIAL, run.info.run_id),
+                trial_id=tags.get(mc.RUN_TAG_TRIAL, run.info.run_id),
                 status=tags.get("status") or status_of.get(run.info.status, run.info.status),
                 params={k: _param_value(params[k]) for k in names},
                 history=_mlflow_history(c, run),
@@ -126,8 +123,7 @@ def records_from_mlflow(rec: SweepRecord) -> list[Any]:
 
 def default_report_dir(rec: SweepRecord) -> Path:
     """``<report.dir>/<experiment>/<sweep id>`` (report.dir is ``reports`` unless the sweep set it)."""
-    base = (rec.config.get("report") or {}).get("dir") or "reports"
-    return Path(base) / rec.experiment / rec.sweep_id
+    return Path(stored.of(rec).report.dir) / rec.experiment / rec.sweep_id
 
 
 def list_frame(records: list[SweepRecord]) -> Any:
@@ -136,7 +132,7 @@ def list_frame(records: list[SweepRecord]) -> Any:
 
     rows = []
     for r in records:
-        metric, _ = _objective(r)
+        metric = stored.of(r).metric
         value = (r.best or {}).get("value")
         best = f"{metric}={fmt(num(value))}" if num(value) is not None else "-"
         rows.append(

@@ -113,24 +113,6 @@ def pick(pts: Sequence[Point], objectives: Sequence[Objective], rule: str) -> Po
     return min(near, key=lambda p: p.values[1] if second.mode == "min" else -p.values[1])
 
 
-def objectives_of(config: Mapping[str, Any]) -> tuple[tuple[Objective, ...], tuple[Constraint, ...]]:
-    """The (validated) objectives and constraints of a stored sweep's config; ((), ()) for a single objective."""
-    import re
-
-    sweep = config.get("sweep") or {}
-    objs = [Objective(str(o["metric"]), str(o["mode"])) for o in sweep.get("objectives") or []]
-    if len(objs) < 2:
-        return (), ()
-    primary = [o for o in objs if o.metric == sweep.get("metric")]
-    objs = primary + [o for o in objs if o not in primary]
-    cons = []
-    for metric, text in (sweep.get("constraints") or {}).items():
-        m = re.match(r"^\s*(<=|>=|<|>)\s*(\S+)\s*$", str(text))
-        if m:
-            cons.append(Constraint(str(metric), m.group(1), float(m.group(2))))
-    return tuple(objs), tuple(cons)
-
-
 def to_dicts(pts: Sequence[Point]) -> list[dict[str, Any]]:
     return [{"trial_id": p.trial_id, "values": list(p.values), "feasible": p.feasible, "rank": p.rank,
              "params": p.params} for p in pts]

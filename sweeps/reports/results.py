@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps import uris
+from sweeps.config import stored
 from sweeps.trials import best_checkpoint, trial_location
 
 HISTORY_SKIP = {"config", "date", "hostname", "node_ip", "pid", "trial_id", "experiment_tag", "done",
@@ -120,14 +121,14 @@ def error_text(location: str | None) -> str | None:
 
 
 def epochs_of(config: dict[str, Any]) -> int | None:
-    """The per-trial epoch budget from a sweep's stored config (``trainable.params.epochs``)."""
-    epochs = ((config.get("trainable") or {}).get("params") or {}).get("epochs")
-    return int(epochs) if isinstance(epochs, int) else None
+    """The per-trial epoch budget of a sweep's stored config (``trainable.params.epochs``), for a caller that
+    holds only the record's JSON."""
+    return stored.read(config).epochs
 
 
 def load_for(rec: Any) -> list[TrialRecord]:
     """All trials of a stored sweep (a :class:`sweeps.store.SweepRecord`)."""
-    return load_records(rec.experiment_dirs, rec.metric, rec.mode, epochs_of(rec.config),
+    return load_records(rec.experiment_dirs, rec.metric, rec.mode, stored.of(rec).epochs,
                         settled=rec.status == "finished")
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps.config.stored import StoredSweep
 from sweeps.reports.results import TrialRecord
 from sweeps.reports.rows import (  # noqa: F401 - re-exported: the summary's vocabulary
     CLOCK_WORDS,
@@ -207,29 +208,11 @@ def recollect(summ: Summary, records: list[TrialRecord], **changes: Any) -> Summ
     return collect(records, summ.metric, summ.mode, **settings)
 
 
-def trial_resources(config: Mapping[str, Any], per_trial: Mapping[str, float] | None = None) -> tuple[float, float]:
-    """(CPUs, GPUs) one trial holds: the sweep record's ``per_trial`` (what the plan, the ledger and the tuner
-    used), else, for a record written before it was kept, the composed config's driver_cpus + num_workers x
-    per-worker."""
-    if per_trial:
-        return float(per_trial.get("CPU", 0.0)), float(per_trial.get("GPU", 0.0))
-    trainable = config.get("trainable") or {}
-    cluster = config.get("cluster") or {}
-    workers = float(trainable.get("num_workers") or 1)
-    per_worker = trainable.get("resources_per_worker") or {}
-    cpu = float(per_worker.get("CPU", 1))
-    gpu = float(per_worker.get("GPU", 1 if trainable.get("use_gpu") else 0))
-    return float(cluster.get("driver_cpus", 1)) + workers * cpu, workers * gpu
-
-
-def settings_from_config(config: Mapping[str, Any], per_trial: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """``collect`` keyword arguments that a sweep's stored config determines (top_k, budget, resources)."""
-    cpus, gpus = trial_resources(config, per_trial)
-    epochs = ((config.get("trainable") or {}).get("params") or {}).get("epochs")
-    top_k = (config.get("report") or {}).get("top_k", 5)
+def settings_of(sweep: StoredSweep) -> dict[str, Any]:
+    """``collect`` keyword arguments that a stored sweep determines (top_k, epoch budget, per-trial resources)."""
     return {
-        "top_k": int(top_k) if isinstance(top_k, int) else 5,
-        "max_epochs": epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None,
-        "cpus_per_trial": cpus,
-        "gpus_per_trial": gpus,
+        "top_k": sweep.report.top_k,
+        "max_epochs": sweep.epochs,
+        "cpus_per_trial": sweep.cpus_per_trial,
+        "gpus_per_trial": sweep.gpus_per_trial,
     }

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sweeps.config import stored
 from sweeps.reports import summary as summary_mod
 from sweeps.reports.formats import FORMATS, csv_text, html, markdown
 from sweeps.reports.importance import param_importances
@@ -24,21 +25,23 @@ def complete(rec: SweepRecord, records: list[Any], summ: Summary) -> Summary:
         return summ
     from sweeps.reports.results import read_param_schedules
 
-    cpus, gpus = summary_mod.trial_resources(rec.config, rec.per_trial)
+    sweep = stored.of(rec)
     try:
         schedules = read_param_schedules(records)
     except OSError as exc:
         log.warning("could not read hyperparameter schedules (%s)", exc)
         schedules = {}
     return summary_mod.recollect(
-        summ, records, cpus_per_trial=cpus, gpus_per_trial=gpus, schedules=schedules or None
+        summ, records, cpus_per_trial=sweep.cpus_per_trial, gpus_per_trial=sweep.gpus_per_trial,
+        schedules=schedules or None
     )
 
 
 def _pareto(rec: SweepRecord, records: list[Any]) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...]]:
-    from sweeps.reports.pareto import objectives_of, points
+    from sweeps.reports.pareto import points
 
-    objs, cons = objectives_of(rec.config)
+    sweep = stored.of(rec)
+    objs, cons = sweep.objectives, sweep.constraints
     return (points(records, objs, cons) if objs else []), objs, cons
 
 
@@ -82,7 +85,7 @@ def _confirmed_plot(rec: SweepRecord, summ: Summary, out_dir: Path) -> Path | No
 def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -> Analysis:
     """Hyperparameter importances (Optuna), or the reason there are none; the confirmed configurations."""
     try:
-        imp, why = param_importances(summ, rec.config.get("search_space") or {})
+        imp, why = param_importances(summ, stored.of(rec).space)
     except Exception as exc:  # an analysis failure must not cost the report
         log.warning("importance failed: %s", exc)
         imp, why = {}, f"failed ({exc})"
@@ -120,7 +123,7 @@ def write(
         from sweeps.reports import plots as plots_mod
 
         plots, notes = plots_mod.write_plots(
-            summ, rec.config.get("search_space") or {}, analysis.importances, out_dir
+            summ, stored.of(rec).space, analysis.importances, out_dir
         )
         analysis = Analysis(analysis.importances, [*analysis.notes, *notes], analysis.sections)
         confirmed_plot = _confirmed_plot(rec, summ, out_dir)

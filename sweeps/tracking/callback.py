@@ -23,13 +23,13 @@ from sweeps.tracking import trialruns
 from sweeps.tracking.client import (
     MAX_METRICS,
     PARENT_TAG,
+    RUN_TAG_CONFIRM,
+    RUN_TAG_DIGEST,
+    RUN_TAG_DRIVER,
+    RUN_TAG_KIND,
+    RUN_TAG_SWEEP,
+    RUN_TAG_TRIAL,
     SKIP_RESULT_KEYS,
-    TAG_CONFIRM,
-    TAG_DIGEST,
-    TAG_DRIVER,
-    TAG_KIND,
-    TAG_SWEEP,
-    TAG_TRIAL,
     CallTimer,
     chunks,
     client,
@@ -98,7 +98,7 @@ class _Tracker:
 
     def _existing_runs(self) -> dict[str, str]:
         runs = find_runs(self.client, [self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
-        return {r.data.tags[TAG_TRIAL]: r.info.run_id for r in runs if TAG_TRIAL in r.data.tags}
+        return {r.data.tags[RUN_TAG_TRIAL]: r.info.run_id for r in runs if RUN_TAG_TRIAL in r.data.tags}
 
     def setup(self, **info: Any) -> None:
         with self.timer:
@@ -134,10 +134,11 @@ class _Tracker:
                     k: v for k, v in trial.config.items() if not str(k).startswith("_")}})
                 return self.runs[tid]
             self.attempted.add(tid)  # until create_run returns
-            tags = {PARENT_TAG: self.parent_run_id, TAG_SWEEP: self.sweep_id, TAG_TRIAL: tid, TAG_KIND: "trial",
-                    TAG_DRIVER: driver_id(), TAG_DIGEST: config_digest(dict(trial.config))}
+            tags = {PARENT_TAG: self.parent_run_id, RUN_TAG_SWEEP: self.sweep_id, RUN_TAG_TRIAL: tid,
+                    RUN_TAG_KIND: "trial", RUN_TAG_DRIVER: driver_id(),
+                    RUN_TAG_DIGEST: config_digest(dict(trial.config))}
             if self.confirm:
-                tags[TAG_CONFIRM] = "true"
+                tags[RUN_TAG_CONFIRM] = "true"
             run = self.client.create_run(self.experiment_id, run_name=str(trial), tags=tags)
             self.attempted.discard(tid)  # it answered; copies from the client's own retries go in dedupe()
             self.runs[tid] = run.info.run_id
@@ -190,7 +191,7 @@ class _Tracker:
                 return  # new this sweep, or still RUNNING from this driver (a PBT pause and restart)
             with self.timer:  # a resumed sweep's run: it was closed as KILLED by the driver that died
                 self.client.update_run(run_id, status="RUNNING")
-                self.client.set_tag(run_id, TAG_DRIVER, driver_id())
+                self.client.set_tag(run_id, RUN_TAG_DRIVER, driver_id())
             self.opened.add(run_id)
         except Exception as exc:
             log.warning("MLflow: could not open the run of %s (%s); metrics stay buffered", trial, exc)

@@ -20,13 +20,15 @@ from sweeps.lease import Holder, alive
 
 log = logging.getLogger(__name__)
 
-TAG_SWEEP = "sweeps.sweep_id"
-TAG_TRIAL = "sweeps.trial_id"
-TAG_KIND = "sweeps.kind"  # "sweep" or "trial"
-TAG_DRIVER = "sweeps.driver"  # the process that owns the open run: host:pid token=.. proc=.. (sweeps.lease)
-TAG_DIGEST = "sweeps.config_digest"  # on a trial run: its configuration (seed aside), for grouping in the UI
-TAG_CONFIRM = "sweeps.confirm"  # on a trial run of `sweeps confirm`
-TAG_LEASE = "sweeps.lease_expires"  # on a parent run: unix time until which its driver's claim holds
+# Run tags: on the MLflow runs sweeps writes (the parent run and its trial runs). A registered model version
+# has its own tags (sweeps.registry.gate.VERSION_TAG_*), under other names.
+RUN_TAG_SWEEP = "sweeps.sweep_id"
+RUN_TAG_TRIAL = "sweeps.trial_id"
+RUN_TAG_KIND = "sweeps.kind"  # "sweep" or "trial"
+RUN_TAG_DRIVER = "sweeps.driver"  # the process that owns the open run: host:pid token=.. proc=.. (sweeps.lease)
+RUN_TAG_DIGEST = "sweeps.config_digest"  # on a trial run: its configuration (seed aside), for grouping in the UI
+RUN_TAG_CONFIRM = "sweeps.confirm"  # on a trial run of `sweeps confirm`
+RUN_TAG_LEASE = "sweeps.lease_expires"  # on a parent run: unix time until which its driver's claim holds
 PARENT_TAG = "mlflow.parentRunId"
 SKIP_RESULT_KEYS = {
     "timestamp", "pid", "done", "training_iteration", "iterations_since_restore", "time_since_restore",
@@ -186,11 +188,11 @@ def close_stale_runs(c: Any, reason: str = "driver died") -> int:
     exps = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
     if not exps:
         return 0
-    runs = find_runs(c, exps, f"attributes.status = 'RUNNING' and tags.`{TAG_SWEEP}` != ''")
-    parents = {r.info.run_id: r for r in runs if r.data.tags.get(TAG_KIND) == "sweep"}
+    runs = find_runs(c, exps, f"attributes.status = 'RUNNING' and tags.`{RUN_TAG_SWEEP}` != ''")
+    parents = {r.info.run_id: r for r in runs if r.data.tags.get(RUN_TAG_KIND) == "sweep"}
     closed = 0
     for run in runs:
-        driver = Holder.parse(run.data.tags.get(TAG_DRIVER, ""))
+        driver = Holder.parse(run.data.tags.get(RUN_TAG_DRIVER, ""))
         if not driver.host or driver.mine() or _driver_alive(c, run, driver, parents):
             continue
         c.set_tag(run.info.run_id, "sweeps.closed_reason", reason)
@@ -202,14 +204,14 @@ def close_stale_runs(c: Any, reason: str = "driver died") -> int:
 
 
 def _driver_alive(c: Any, run: Any, driver: Holder, parents: dict[str, Any]) -> bool:
-    parent_id = run.info.run_id if run.data.tags.get(TAG_KIND) == "sweep" else run.data.tags.get(PARENT_TAG, "")
+    parent_id = run.info.run_id if run.data.tags.get(RUN_TAG_KIND) == "sweep" else run.data.tags.get(PARENT_TAG, "")
     parent = parents.get(parent_id)
     if parent is None and parent_id:
         try:
             parent = c.get_run(parent_id)
         except Exception:  # a deleted parent: judge by the run's own tags
             parent = None
-    tag = (parent.data.tags if parent is not None else run.data.tags).get(TAG_LEASE)
+    tag = (parent.data.tags if parent is not None else run.data.tags).get(RUN_TAG_LEASE)
     expires = float(tag) if tag and tag.replace(".", "", 1).isdigit() else None
     return alive(driver, expires)
 

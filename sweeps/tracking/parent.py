@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import paths
-from sweeps.config import redaction
+from sweeps.config import compose, redaction
 from sweeps.config.spec import SweepSpec
 from sweeps.lease import driver_id
 from sweeps.store import SweepRecord
 from sweeps.tracking import client as mc
 
-TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
-TAG_PARETO = "sweeps.pareto"  # multi-objective: on the trial runs of the (feasible) Pareto front
-TAG_ALLOWED = "sweeps.allowed_targets"  # packages added to the `_target_` allowlist by security.allowed_targets
-TAG_LISTENERS = "sweeps.listeners"  # where the sweep's processes listen (execution.loopback.listeners)
+RUN_TAG_BEST = "sweeps.best"  # on the one trial run that is the sweep's best
+RUN_TAG_PARETO = "sweeps.pareto"  # multi-objective: on the trial runs of the (feasible) Pareto front
+RUN_TAG_ALLOWED = "sweeps.allowed_targets"  # packages added to the `_target_` allowlist by security.allowed_targets
+RUN_TAG_LISTENERS = "sweeps.listeners"  # where the sweep's processes listen (execution.loopback.listeners)
 
 
 def _git() -> dict[str, str]:
@@ -58,14 +58,14 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
     c = mc.client(spec.tracking.uri)
     exp_id = mc.get_or_create_experiment(c, spec.tracking.experiment, spec.tracking.uri)
     tags = {
-        mc.TAG_SWEEP: sweep_id, mc.TAG_KIND: "sweep", mc.TAG_DRIVER: driver_id(),
+        mc.RUN_TAG_SWEEP: sweep_id, mc.RUN_TAG_KIND: "sweep", mc.RUN_TAG_DRIVER: driver_id(),
         "experiment": spec.sweep.name, "searcher": spec.searcher_name, "scheduler": spec.scheduler_name,
         "metric": spec.sweep.metric, "mode": spec.sweep.mode, "trainable": spec.trainable.name,
         "config_digest": spec.digest(), **_git(), **_versions(),
-        TAG_ALLOWED: ",".join(spec.allowed_targets) or "(none)",
+        RUN_TAG_ALLOWED: ",".join(spec.allowed_targets) or "(none)",
     }
     if listeners:
-        tags[TAG_LISTENERS] = listeners
+        tags[RUN_TAG_LISTENERS] = listeners
     if schedule:
         tags["schedule"] = schedule
     if previous:
@@ -75,18 +75,12 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
     try:
         mc.log_params(c, run_id, {"overrides": " ".join(redaction.redact_overrides(overrides)) or "(none)",
                                   "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
-        mc.write_text_artifact(c, run_id, "config.yaml", _yaml(spec.redacted()))
+        mc.write_text_artifact(c, run_id, "config.yaml", compose.to_yaml(spec.redacted()))
         mc.write_json_artifact(c, run_id, "search_space.json", redaction.redact(spec.space))
     except BaseException:
         c.set_terminated(run_id, status="FAILED")  # never leave a half-opened parent run RUNNING
         raise
     return c, exp_id, run_id
-
-
-def _yaml(data: Any) -> str:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) -> None:
@@ -109,7 +103,7 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
                      "best_config": best["params"]})
         metrics.append(Metric(f"best/{rec.metric}", float(best["value"]), now, 0))
         best_run = mc.find_runs(c, [rec.mlflow_experiment_id],
-                                f"tags.`{mc.TAG_TRIAL}` = '{best['trial_id']}' and "
+                                f"tags.`{mc.RUN_TAG_TRIAL}` = '{best['trial_id']}' and "
                                 f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
         if best_run:
             tags["best_run_id"] = best_run[0].info.run_id
@@ -126,24 +120,24 @@ def tag_front(c: Any, rec: SweepRecord) -> None:
     """Multi-objective: ``sweeps.pareto=true`` and ``sweeps.pareto_rank`` on the trial runs, so the MLflow UI
     can filter the front (``tags.`sweeps.pareto` = 'true'``)."""
     runs = mc.find_runs(c, [rec.mlflow_experiment_id], f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}'")
-    by_trial = {r.data.tags.get(mc.TAG_TRIAL): r.info.run_id for r in runs}
+    by_trial = {r.data.tags.get(mc.RUN_TAG_TRIAL): r.info.run_id for r in runs}
     for p in rec.pareto:
         run_id = by_trial.get(p["trial_id"])
         if run_id is None:
             continue
         on_front = p["rank"] == 1 and p["feasible"]
-        mc.set_tags(c, run_id, {TAG_PARETO: str(on_front).lower(), "sweeps.pareto_rank": p["rank"],
+        mc.set_tags(c, run_id, {RUN_TAG_PARETO: str(on_front).lower(), "sweeps.pareto_rank": p["rank"],
                                 "sweeps.feasible": str(p["feasible"]).lower()})
 
 
 def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
     """Tag ``run_id`` ``sweeps.best=true`` and take the tag off any other run of the sweep (resume, extend)."""
     previous = mc.find_runs(c, [rec.mlflow_experiment_id], f"tags.`{mc.PARENT_TAG}` = '{rec.parent_run_id}' and "
-                                                          f"tags.`{TAG_BEST}` = 'true'")
+                                                          f"tags.`{RUN_TAG_BEST}` = 'true'")
     for run in previous:
         if run.info.run_id != run_id:
-            c.delete_tag(run.info.run_id, TAG_BEST)
-    c.set_tag(run_id, TAG_BEST, "true")
+            c.delete_tag(run.info.run_id, RUN_TAG_BEST)
+    c.set_tag(run_id, RUN_TAG_BEST, "true")
 
 
 def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> Any:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.tracking.client import PARENT_TAG, TAG_TRIAL, find_runs
+from sweeps.tracking.client import PARENT_TAG, RUN_TAG_TRIAL, find_runs
 
 
 def trial_runs(c: Any, experiment_id: str, parent_run_id: str, trial_id: str) -> list[Any]:
     """The trial's runs under the sweep's parent run, oldest first."""
-    found = find_runs(c, [experiment_id], f"tags.`{PARENT_TAG}` = '{parent_run_id}' and tags.`{TAG_TRIAL}` = "
+    found = find_runs(c, [experiment_id], f"tags.`{PARENT_TAG}` = '{parent_run_id}' and tags.`{RUN_TAG_TRIAL}` = "
                                          f"'{trial_id}'")
     return sorted(found, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
@@ -36,8 +36,8 @@ def copies(runs: list[Any], keep: dict[str, str]) -> list[str]:
     """Run ids to delete: for each trial with several runs, all but ``keep[trial]`` (else its oldest)."""
     by_trial: dict[str, list[Any]] = {}
     for r in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)):
-        if TAG_TRIAL in r.data.tags:
-            by_trial.setdefault(r.data.tags[TAG_TRIAL], []).append(r)
+        if RUN_TAG_TRIAL in r.data.tags:
+            by_trial.setdefault(r.data.tags[RUN_TAG_TRIAL], []).append(r)
     out: list[str] = []
     for tid, group in by_trial.items():
         ids = [r.info.run_id for r in group]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,9 +49,34 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
 def _param_errors(params: Any) -> list[str]:
     if not isinstance(params, Mapping):
         return []
-    from trainables.common import knob_errors
+    return [f"trainable.params.{e}" for e in knob_errors(params)]
 
-    return [f"trainable.params.{e}" for e in knob_errors(dict(params))]
+
+def knob_errors(params: Mapping[str, Any]) -> list[str]:
+    """The shared training knobs the bundled trainables honour (``lr``, ``scale_lr``, ``grad_accum_steps``,
+    ``torch_threads``), checked before Ray starts.
+
+    The same rules as ``trainables.common.knob_errors`` (which each loop runs again on its worker), written out
+    here because the config layer does not import the bundled examples; a test holds the two to one table.
+    """
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    errors: list[str] = []
+    lr = params.get("lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr)
+                           or lr <= 0):
+        errors.append(f"lr: must be a finite number > 0, got {lr!r}")
+    scale = params.get("scale_lr", False)
+    if not isinstance(scale, bool):
+        errors.append(f"scale_lr: must be true or false, got {scale!r}")
+    accum = params.get("grad_accum_steps", 1)
+    if not is_int(accum) or accum < 1:
+        errors.append(f"grad_accum_steps: must be an integer >= 1, got {accum!r}")
+    threads = params.get("torch_threads")
+    if threads is not None and (not is_int(threads) or threads < 0):
+        errors.append(f"torch_threads: must be an integer >= 1 (or 0/unset: the worker's CPUs), got {threads!r}")
+    return errors
 
 
 def metric_errors(metric: Any, trainable: TrainableCfg) -> list[str]:
