@@ -31,7 +31,8 @@ step "importing the installed packages" python -c "
 import importlib, os, sys
 mods = ['sweeps', 'trainables', 'ray', 'ray.tune', 'ray.train.torch', 'ray.dashboard', 'torch', 'mlflow', 'optuna',
         'hyperopt', 'hydra', 'omegaconf', 'pandas', 'matplotlib', 'sklearn', 'croniter', 'filelock', 'pyarrow',
-        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil']
+        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil', 'nbclient',
+        'nbformat', 'ipykernel']
 bad = []
 for m in mods:
     try:

@@ -16,10 +16,11 @@ class SweepsError(Exception):
     exit_code = EXIT_RUN_FAILED
 
 
-class BadInput(SweepsError):
+class BadInput(SweepsError, ValueError):
     """Invalid user input (config, CLI argument, id). Raised before anything is started or written.
 
-    Holds one or more messages; each names the key, the bad value and what is allowed.
+    Holds one or more messages (``problems``); each names the key, the bad value and what is allowed. A
+    ``ValueError`` too, so Python callers can catch it the usual way.
     """
 
     exit_code = EXIT_BAD_INPUT
@@ -27,6 +28,11 @@ class BadInput(SweepsError):
     def __init__(self, *messages: str) -> None:
         self.messages = [m for m in messages if m]
         super().__init__("\n".join(self.messages))
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem found, one message each (the same list as ``messages``)."""
+        return list(self.messages)
 
     def __str__(self) -> str:
         if len(self.messages) == 1:

@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Mapping, Sequence
 
 from sweeps.registry.gate import check_model_name
-from sweeps.registry.promote import promote
 from sweeps.registry.registry import list_models
 
 
@@ -25,12 +24,10 @@ def format_table(rows: Sequence[Mapping[str, str]]) -> str:
 def cli_promote(args: argparse.Namespace) -> int:
     """``python -m sweeps promote SWEEP_ID|latest [--model-name N] [--alias A] [--trial T] [--force]
     [--rule R] [--confirmed]``; the sweep's ``notify`` settings get a ``promoted`` event."""
-    from sweeps.ops.notify import notify_promoted
+    from sweeps.api import promote
 
-    result = promote(args.sweep_id, model_name=args.model_name, alias=args.alias, trial_id=args.trial,
-                     force=bool(args.force), rule=args.rule, confirmed=bool(args.confirmed))
-    print(result)
-    notify_promoted(result.sweep_id, str(result))
+    print(promote(args.sweep_id, model_name=args.model_name, alias=args.alias, trial_id=args.trial,
+                  force=bool(args.force), rule=args.rule, confirmed=bool(args.confirmed)))
     return 0
 
 

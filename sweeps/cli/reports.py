@@ -10,20 +10,22 @@ from sweeps.config import stored
 from sweeps.errors import BadInput
 from sweeps.reports.compare import write_comparison
 from sweeps.reports.formats import FORMATS
-from sweeps.reports.load import default_report_dir, list_frame, load_sweep
+from sweeps.reports.load import default_report_dir, list_frame
 from sweeps.reports.write import write
 
 
 def cli_report(args: argparse.Namespace) -> int:
     """``python -m sweeps report SWEEP_ID|latest [--format md|csv|html|all] [--out DIR]``."""
-    rec = store.load(args.sweep_id)
+    from sweeps.api import load
+
     fmt_arg = getattr(args, "format", "all") or "all"
     if fmt_arg != "all" and fmt_arg not in FORMATS:
         raise BadInput(f"--format: {fmt_arg!r} is not a format; choose md, csv, html or all")
     formats = FORMATS if fmt_arg == "all" else (fmt_arg,)
+    sweep = load(args.sweep_id)
+    rec, records = sweep.record, sweep.trial_records
     out = (Path(args.out) if getattr(args, "out", None) else default_report_dir(rec)).resolve()
-    records, summ = load_sweep(rec)
-    written = write(rec, records, summ, out, formats)
+    written = write(rec, records, sweep.summary, out, formats)
     print(f"report for {rec.sweep_id} ({len(records)} trial(s)) in {out}:")
     for p in written:
         print(f"  {p}")

@@ -58,18 +58,24 @@ def cmd_run(argv: Sequence[str]) -> int:
         else:
             overrides.append(a)
     from sweeps.config import compose
-    from sweeps.ops import prepare, run
+    from sweeps.ops import prepare
 
     if cfg_mode:
         print(compose.shown_yaml(overrides, resolve=resolve), end="")
         return 0
-    spec = prepare.prepare(overrides)
     if dry:
-        print(prepare.dry_run(spec))
+        print(prepare.dry_run(prepare.prepare(overrides)))
         return 0
-    outcome = run.execute(spec, overrides)
+    from sweeps.api import calls
+
+    return finished(calls.run_overrides(overrides, hosted=False))
+
+
+def finished(result: object) -> int:
+    """Print a sweep's summary (a :class:`sweeps.api.SweepResult` of this process's run); its exit code."""
+    outcome = getattr(result, "outcome", None)
     print(format_outcome(outcome))
-    return outcome.exit_code
+    return int(getattr(outcome, "exit_code", 1))
 
 
 def format_outcome(outcome: object) -> str:
@@ -139,39 +145,31 @@ def _first_error(s: object) -> str:
 
 
 def cli_resume(args: argparse.Namespace) -> int:
-    from sweeps.ops.resume import resume
+    from sweeps.api import calls
 
-    out = resume(args.sweep_id, retry_errored=args.retry_errored, extra=list(args.overrides or []))
-    print(format_outcome(out))
-    return out.exit_code
+    return finished(calls.resume_sweep(args.sweep_id, args.retry_errored, list(args.overrides or []), hosted=False))
 
 
 def cli_extend(args: argparse.Namespace) -> int:
-    from sweeps.ops.resume import extend
+    from sweeps.api import calls
 
     t0 = time.monotonic()
-    out = extend(args.sweep_id, args.more_trials, extra=list(args.overrides or []))
-    print(format_outcome(out))
+    code = finished(calls.extend_sweep(args.sweep_id, args.more_trials, list(args.overrides or []), hosted=False))
     log.debug("extend took %.1f s", time.monotonic() - t0)
-    return out.exit_code
+    return code
 
 
 def cli_confirm(args: argparse.Namespace) -> int:
-    from sweeps.ops.confirm import confirm
-    from sweeps.reports.load import default_report_dir, load_sweep
+    from sweeps.api import calls
     from sweeps.reports.outline import fmt
-    from sweeps.reports.write import write_all
 
-    out = confirm(args.sweep_id, args.top_k, args.seeds, list(args.overrides or []))
-    records, summ = load_sweep(out.record)
-    folder = default_report_dir(out.record)
-    write_all(out.record, records, summ, folder)
-    print(f"\nconfirmed {len(out.intervals)} configuration(s) of {out.record.sweep_id} (95% t-intervals of "
-          f"{out.record.metric}, best pessimistic end first):")
+    out = calls.confirm_sweep(args.sweep_id, args.top_k, args.seeds, list(args.overrides or []), hosted=False)
+    print(f"\nconfirmed {len(out.intervals)} configuration(s) of {out.sweep_id} (95% t-intervals of "
+          f"{out.metric}, best pessimistic end first):")
     for i, c in enumerate(out.intervals, 1):
         print(f"  {i}. {c.digest}  mean {fmt(c.mean)}  std {fmt(c.std)}  CI [{fmt(c.low)}, {fmt(c.high)}]  "
               f"n={c.n}  {c.params}")
     if out.note:
         print(f"  {out.note}")
-    print(f"  report   : {folder.resolve()}/report.html")
+    print(f"  report   : {out.report_path}")
     return 130 if out.interrupted else 0

@@ -141,6 +141,15 @@ def write(
     return written
 
 
+def trials_table(rec: SweepRecord, records: list[Any], summ: Summary) -> Any:
+    """trials.csv as a pandas DataFrame: the same rows and columns, read back with pandas (NaN as NaN)."""
+    import io
+
+    import pandas as pd
+
+    return pd.read_csv(io.StringIO(csv_text(complete(rec, records, summ), _pareto_columns(rec, records))))
+
+
 def write_all(rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path) -> list[Path]:
     """trials.csv, summary.md, report.html and the PNG plots into ``out_dir``; returns the paths written."""
     return write(rec, records, summ, out_dir, FORMATS)
