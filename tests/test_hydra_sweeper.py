@@ -110,10 +110,20 @@ def test_extra_overrides_may_not_replace_the_space_the_app_or_the_cluster(extra:
         pipeline.sweeps_overrides({}, "train", "/tmp/r", [extra])
 
 
-def test_app_epochs_is_the_top_level_int() -> None:
-    assert pipeline.app_epochs("epochs: 5\nlr: 0.1\n") == 5
-    assert pipeline.app_epochs("trainer: {epochs: 5}\n") is None
-    assert pipeline.app_epochs("epochs: true\n") is None
+@pytest.mark.parametrize(
+    ("options", "app", "expected"),
+    [
+        ({"scheduler": "asha"}, "epochs: 5\nlr: 0.1\n", 5),
+        ({"scheduler": "asha", "epochs": 3}, "epochs: 5\n", 3),
+        ({"scheduler": "asha"}, "trainer: {epochs: 5}\n", None),
+        ({"scheduler": "median"}, "epochs: true\n", None),
+        ({}, "epochs: 5\n", None),  # FIFO: a task may report once, whatever its epochs
+        ({"scheduler": "fifo", "epochs": 2}, "epochs: 5\n", 2),
+    ],
+)
+def test_the_report_budget_is_the_apps_epochs_only_under_an_early_stopping_scheduler(options: dict[str, Any],
+                                                                                     app: str, expected: Any) -> None:
+    assert pipeline.epochs(options, app) == expected
 
 
 def test_the_plugin_is_registered_and_shipped() -> None:

@@ -49,10 +49,16 @@ def sweeps_overrides(options: Mapping[str, Any], name: str, report_dir: str, ext
     return [*out, *extra]
 
 
-def app_epochs(base_yaml: str) -> int | None:
-    """The app config's top-level ``epochs``, when it is an int (the trials' report budget by default)."""
+def epochs(options: Mapping[str, Any], base_yaml: str) -> int | None:
+    """The trials' report budget: ``hydra.sweeper.epochs``, else, under a scheduler that stops trials early, the
+    app config's top-level ``epochs`` when it is an int. Under FIFO nothing is stopped early and a task may
+    report once (its return value), so the app's ``epochs`` is not taken for a report count there."""
     from omegaconf import DictConfig, OmegaConf
 
+    if options.get("epochs") is not None:
+        return int(options["epochs"])
+    if options.get("scheduler") in (None, "fifo"):
+        return None
     cfg = OmegaConf.create(base_yaml)
     value = cfg.get("epochs") if isinstance(cfg, DictConfig) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None

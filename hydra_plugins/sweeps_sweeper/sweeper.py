@@ -95,9 +95,7 @@ class SweepsSweeper(Sweeper):
         OmegaConf.save(config, sweep_dir / "multirun.yaml")
         bases = job.compose_bases(context.config_loader, config, plan)
         ref, root = job.task_ref(task)
-        options = dict(self.options)
-        if options.get("epochs") is None:
-            options["epochs"] = pipeline.app_epochs(next(iter(bases.values())))
+        options = {**self.options, "epochs": pipeline.epochs(self.options, next(iter(bases.values())))}
         overrides = pipeline.sweeps_overrides(options, str(config.hydra.job.name), str(sweep_dir), self.extra)
         with job.environment(sweep_dir / job.JOB_FILE, root, paths.PACKAGE_ROOT / "conf"):
             spec = pipeline.prepare(overrides, plan.space)
