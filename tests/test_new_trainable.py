@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import FAST, REPO, SweepsEnv
+from conftest import FAST, REPO, SweepsEnv, mlflow_client
 
 from sweeps.errors import BadInput
 from sweeps.ops import scaffold
@@ -206,3 +209,91 @@ def test_a_report_without_the_sweep_metric_stops_every_trial_and_names_the_overr
     assert restored.stop_all()
     firstreport.arm()
     assert not restored.stop_all() and firstreport.problem() is None
+
+
+# -- Ray's own linear example, swept as it is (issue #33): one scaffold, shared by the slow tests below ----------
+HELD_OUT = """    from ray.train.examples.pytorch.torch_linear_example import LinearDataset
+
+    data = LinearDataset(2, 5, size=400)  # the example's own validation set: y = 2x + 5
+    return data.x[:, None].numpy(), data.y.numpy()"""
+TINY = ["sweep.num_samples=2", "trainable.params.epochs=2", "scheduler=fifo", "cluster.health_check_interval_s=0.1",
+        "cluster.worker_start_timeout_s=60"]
+
+
+def _sweeps(root: Path, env: SweepsEnv, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=root, env=env.env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def linex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, SweepsEnv]]:
+    """A clean clone with ``new trainable linex --from`` Ray's linear example, and the one edit a user makes to
+    the stub: held-out data for promotion. The example's ``train_func`` stays as Ray ships it."""
+    tmp = tmp_path_factory.mktemp("linex")
+    root = _clone(tmp / "clone")
+    env = SweepsEnv(tmp / "run")
+    env.env.pop("SWEEPS_CONF_DIR")
+    env.env["PYTHONPATH"] = str(root)
+    try:
+        made = _sweeps(root, env, "new", "trainable", "linex", "--from", f"{LINEAR}:train_func")
+        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+        stub = root / "trainables" / "linex.py"
+        text = stub.read_text()
+        todo = '    raise NotImplementedError("trainables/linex.py: return (inputs, targets) held out from training")'
+        assert todo in text
+        stub.write_text(text.replace(todo, HELD_OUT))
+        yield root, env
+    finally:
+        env.cleanup()
+
+
+def _record(env: SweepsEnv, ran: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The index record of the sweep ``ran`` printed the summary of (the module's tests share one SWEEPS_HOME)."""
+    found = re.search(r"^sweep (\S+): ", ran.stdout, re.MULTILINE)
+    assert found, ran.stdout[-3000:]
+    rec: dict[str, Any] = json.loads((env.home / "sweeps" / f"{found.group(1)}.json").read_text())
+    return rec
+
+
+@pytest.mark.slow
+def test_rays_linear_example_swept_reported_and_promoted_through_the_scaffolds_load_model(
+        linex: tuple[Path, SweepsEnv]) -> None:
+    root, env = linex
+    ran = _sweeps(root, env, "run", "+experiment=linex", "sweep.metric=loss", "sweep.mode=min", *TINY)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    rec = _record(env, ran)
+    assert rec["status"] == "finished" and rec["counts"]["completed"] == 2, rec["counts"]
+    assert Path(str(rec["report_dir"]), "report.html").is_file() and "loss" in ran.stdout
+    promoted = _sweeps(root, env, "promote", str(rec["sweep_id"]))
+    assert promoted.returncode == 0, promoted.stdout[-3000:] + promoted.stderr[-3000:]
+    c = mlflow_client(env.tracking_uri)
+    version = c.get_model_version_by_alias("linex", "champion")
+    trials = {r.info.run_id for r in c.search_runs([str(rec["mlflow_experiment_id"])])}
+    assert version.run_id in trials, "the registered model is the sweep's best trial's, loaded by the stub"
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_metric_the_loop_never_reports_stops_at_its_first_report(
+        linex: tuple[Path, SweepsEnv]) -> None:
+    """Its own sweep: it must end at the first report, so it cannot be the one that is reported and promoted.
+    The trainable declares no metrics here (as when the scaffold could not read them), so the config check
+    cannot refuse ``val/acc`` before the start; only the first real report shows it is missing."""
+    root, env = linex
+    ran = _sweeps(root, env, "run", "+experiment=linex", "trainable.metrics=[]", "sweep.metric=val/acc",
+                  "sweep.mode=max", *TINY, "sweep.num_samples=3", "sweep.max_concurrent_trials=1",
+                  "trainable.params.epochs=3")
+    assert ran.returncode == 2, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "has no val/acc; the loop reported loss." in ran.stdout, ran.stdout[-3000:]
+    assert "sweep.metric=loss sweep.mode=min" in ran.stdout, ran.stdout[-3000:]
+    assert "Traceback" not in ran.stdout + ran.stderr
+    rec = _record(env, ran)
+    assert rec["status"] == "failed" and rec["stop_reason"] == "metric_missing", rec
+    c = mlflow_client(env.tracking_uri)
+    runs = c.search_runs([str(rec["mlflow_experiment_id"])])
+    assert runs and all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs), \
+        [(r.info.run_name, r.info.status) for r in runs]
+    parent = next(r for r in runs if r.info.run_id == rec["parent_run_id"])
+    assert parent.info.status == "FAILED" and "sweep.metric=loss" in parent.data.tags["error"]
+    trials = [r for r in runs if r.info.run_id != rec["parent_run_id"]]
+    assert len(trials) == 1, "no trial started after the first report (one runs at a time, three planned)"
+    assert len(c.get_metric_history(trials[0].info.run_id, "loss")) == 1, "stopped at its first report"
