@@ -157,9 +157,10 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
                                 _front(spec, records_))
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
                   missing_metric=lacking)
-    if lacking:
+    if lacking:  # nothing to confirm, report or promote: no trial reported the metric
         raystart.stop_in_background()
-        return out  # nothing to confirm, report or promote: no trial reported the metric
+        _announce(spec, out)
+        return out
     if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
         out.record = rec = _confirm(spec, rec, plan, c)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
