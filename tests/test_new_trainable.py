@@ -294,6 +294,6 @@ def test_a_sweep_whose_metric_the_loop_never_reports_stops_at_its_first_report(
         [(r.info.run_name, r.info.status) for r in runs]
     parent = next(r for r in runs if r.info.run_id == rec["parent_run_id"])
     assert parent.info.status == "FAILED" and "sweep.metric=loss" in parent.data.tags["error"]
-    trials = [r for r in runs if r.info.run_id != rec["parent_run_id"]]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == rec["parent_run_id"]]
     assert len(trials) == 1, "no trial started after the first report (one runs at a time, three planned)"
     assert len(c.get_metric_history(trials[0].info.run_id, "loss")) == 1, "stopped at its first report"
