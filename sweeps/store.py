@@ -50,7 +50,8 @@ class SweepRecord:
     slots: int | None = None
     driver_host: str | None = None  # with driver_pid, driver_token, driver_proc: who runs it (sweeps.lease)
     lease_expires: float | None = None
-    stop_reason: str | None = None  # "time_budget" / "resource_budget" / "stalled": why the sweep ended early
+    # why the sweep ended early: "time_budget" / "resource_budget" / "stalled" / "metric_missing"
+    stop_reason: str | None = None
     hours: dict[str, float | None] = field(default_factory=dict)  # CPU/GPU-hours used, and the budget
     confirm_dirs: list[str] = field(default_factory=list)  # the Tune experiments of `sweeps confirm`
     confirmed: list[dict[str, Any]] = field(default_factory=list)  # each configuration's interval, best first

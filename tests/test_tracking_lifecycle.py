@@ -115,3 +115,29 @@ def test_a_retried_create_run_leaves_no_duplicate_running(tmp_path: Path) -> Non
     t.close_open("KILLED")
     runs = _trial_runs(uri, t, "e_00000")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]
+
+
+def test_sweep_experiments_open_on_the_runs_table_and_a_users_kind_is_kept(tmp_path: Path) -> None:
+    """MLflow 3 opens an experiment without a kind on its GenAI overview; sweeps' own land on the runs table."""
+    import shutil
+
+    from conftest import _template_store
+
+    shutil.copyfile(_template_store(), tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = tracking.client(uri)
+
+    def kind(exp_id: str) -> str | None:
+        return c.get_experiment(exp_id).tags.get(tracking.KIND_TAG)
+
+    created = tracking.get_or_create_experiment(c, "fresh", uri)
+    assert kind(created) == tracking.TRAINING_KIND == "custom_model_development"
+    older = c.create_experiment("older")  # made by a sweeps without kinds: it holds a sweep's parent run
+    c.create_run(older, tags={tracking.TAG_KIND: "sweep"})
+    assert tracking.get_or_create_experiment(c, "older", uri) == older and kind(older) == tracking.TRAINING_KIND
+    users = c.create_experiment("users")  # someone else's, with no sweep in it yet: left as it is
+    assert tracking.get_or_create_experiment(c, "users", uri) == users and kind(users) is None
+    genai = c.create_experiment("genai", tags={tracking.KIND_TAG: "genai_development"})
+    c.create_run(genai, tags={tracking.TAG_KIND: "sweep"})
+    tracking.get_or_create_experiment(c, "genai", uri)
+    assert kind(genai) == "genai_development", "a kind someone set is never overwritten"

@@ -454,6 +454,46 @@ def test_runs_table_shows_the_parent_with_its_children_nested(site: Site, browse
     browser.save_screenshot(str(site.shots / "runs-expanded.png"))
 
 
+def _switch_workflow(browser: Any, site: Site, label: str) -> None:
+    """Click MLflow's sidebar switch (GenAI | Model training); the browser remembers the choice."""
+    browser.get(f"{site.url}/#/experiments")
+    button = _wait(browser, lambda d: next((b for b in d.find_elements("xpath", f"//div[@role='button' and "
+                                                                          f"normalize-space()={json.dumps(label)}]")
+                                            if b.is_displayed()), False),
+                   site.shots / "switch-timeout.png", f"the sidebar's {label!r} switch")
+    button.click()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_experiment_list_opens_the_sweeps_experiment_on_its_runs_table(site: Site, browser: Any) -> None:
+    """From MLflow's experiment list, in the Model training view, the sweep's experiment opens on its runs.
+
+    MLflow 3.17.2 picks the page an experiment opens on from the sidebar's GenAI | Model training switch alone
+    (default GenAI: the "Traces 0" overview); it reads no experiment's ``mlflow.experimentKind`` while that
+    switch exists (a kindless experiment lands the same way in both views). So this test cannot tell the tag
+    sweeps sets (tests/test_tracking_lifecycle.py checks that); it proves the path a user takes to the runs.
+    """
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    _switch_workflow(browser, site, "Model training")
+    try:
+        browser.get(f"{site.url}/#/experiments")
+        link = _wait(browser, ec.element_to_be_clickable(_visible_link("quickstart")),
+                     site.shots / "experiment-list-timeout.png", "the sweep's experiment in MLflow's experiment list")
+        link.click()
+        parent = _wait(browser, ec.visibility_of_element_located(_visible_link(site.sweep_id)),
+                       site.shots / "experiment-landing-timeout.png", f"the runs table with the parent {site.sweep_id}")
+        assert f"/experiments/{site.experiment_id}/runs" in browser.current_url, browser.current_url
+        row = parent.find_element(By.XPATH, "./ancestor::div[@role='gridcell']")
+        expand = row.find_element(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']")
+        assert expand.is_displayed(), "the parent run's expand control"
+        browser.save_screenshot(str(site.shots / "experiment-landing.png"))
+    finally:
+        _switch_workflow(browser, site, "GenAI")  # the other browser tests share this profile
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_child_run_page_names_its_parent(site: Site, browser: Any) -> None:

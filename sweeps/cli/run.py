@@ -91,6 +91,7 @@ def format_outcome(outcome: object) -> str:
         f"sweep {rec.sweep_id}: {'stalled' if outcome.stalled else rec.status}" + (
             f" (resume with `python -m sweeps resume {rec.sweep_id}`)" if outcome.interrupted else ""),
         *([f"  stalled  : {outcome.stalled}"] if outcome.stalled else []),
+        *([f"  stopped  : {outcome.missing_metric}"] if outcome.missing_metric else []),
         f"  trials   : {c['total']} total, {c['completed']} completed, {c['early_stopped']} early-stopped, "
         f"{c['failed']} failed" + (f", {c['unfinished']} unfinished" if c["unfinished"] else ""),
         f"  wall time: {rec.wall_s or 0:.1f} s"

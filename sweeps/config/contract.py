@@ -8,11 +8,13 @@ define, before any trial starts.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import inspect
 from typing import Any
 
+from sweeps.config import loopsource
 from sweeps.config.spec import TrainableCfg
 from sweeps.errors import BadInput
 
@@ -84,38 +86,63 @@ FEATURES = {
 }
 
 
-def _sources(path: str, depth: int = 2) -> str:
-    """The source of the module ``path`` points into, and of the same package's modules it imports."""
-    import ast
-    import sys
+def _imported(node: ast.stmt, name: str, is_package: bool) -> list[str]:
+    """The modules an import statement of module ``name`` may name (``from a import b``: ``a`` and ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: from the module's own package
+        parts = name.split(".")
+        keep = len(parts) - node.level + (1 if is_package else 0)
+        base = ".".join([*parts[:max(keep, 0)], *([node.module] if node.module else [])])
+    return [base, *(f"{base}.{a.name}" for a in node.names)] if base else []
 
+
+def _sources(path: str, depth: int = 2) -> tuple[str, list[str]]:
+    """The source of the module ``path`` points into, and of the modules of its own package that it imports
+    (read, never imported: :mod:`sweeps.config.loopsource`), plus a line for each that could not be read."""
     module_name = path.replace(":", ".").rpartition(".")[0]
-    top = module_name.split(".")[0]
-    seen, todo, out = set(), [(module_name, 0)], []
+    package = module_name.rpartition(".")[0] or module_name
+    seen: set[str] = set()
+    todo, out, problems = [(module_name, 0)], [], []
     while todo:
         name, level = todo.pop()
-        if name in seen or name.split(".")[0] != top:
+        if name in seen or not (name == module_name or name.startswith(package + ".")):
             continue
         seen.add(name)
         try:
-            text = inspect.getsource(sys.modules.get(name) or importlib.import_module(name))
-        except (ImportError, OSError, TypeError):
+            file = loopsource.locate(name)
+            text = file.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+        except LookupError as exc:
+            if name == module_name:  # `from pkg.mod import fn` also names pkg.mod.fn, which is no module
+                problems.append(f"could not read the source of {name} ({exc})")
+            continue
+        except Exception as exc:  # unreadable, undecodable or unparsable: say so, never fail the dry run
+            problems.append(f"could not read the source of {name} ({type(exc).__name__}: {exc})")
             continue
         out.append(text)
         if level < depth:
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    todo += [(node.module, level + 1)] + [(f"{node.module}.{a.name}", level + 1) for a in node.names]
-                elif isinstance(node, ast.Import):
-                    todo += [(a.name, level + 1) for a in node.names]
-    return "\n".join(out)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    todo += [(m, level + 1) for m in _imported(node, name, file.name == "__init__.py")]
+    return "\n".join(out), problems
 
 
-def features(t: TrainableCfg) -> list[tuple[str, bool, str]]:
-    """What the trainable supports, read from its loop's source: ``(feature, supported, detail)``."""
-    source = _sources(t.loop)
-    out = []
+def features(t: TrainableCfg) -> list[tuple[str, bool | None, str]]:
+    """What the trainable supports, read from its loop's source: ``(feature, supported, detail)``; supported is
+    None where the source could not be read (one ``source`` line says why)."""
+    try:
+        source, problems = _sources(t.loop)
+    except Exception as exc:  # the contract check describes; it never stops a sweep
+        source, problems = "", [f"could not read the source of {t.loop} ({type(exc).__name__}: {exc})"]
+    out: list[tuple[str, bool | None, str]] = [("source", None, p) for p in problems]
     for name, (evidence, gives, add) in FEATURES.items():
+        if not source:
+            out.append((name, None, "not checked: the loop's source could not be read"))
+            continue
         ok = any(e in source for e in evidence)
         out.append((name, ok, gives if ok else f"missing: {add}"))
     promotable = bool(t.load_model or t.builder)
@@ -127,4 +154,24 @@ def features(t: TrainableCfg) -> list[tuple[str, bool, str]]:
 
 def describe(t: TrainableCfg) -> list[str]:
     """The contract check, as the lines ``--dry-run`` prints."""
-    return [f"{'yes' if ok else 'NO ':<3} {name:<12} {detail}" for name, ok, detail in features(t)]
+    marks = {True: "yes", False: "NO", None: "?"}
+    return [f"{marks[ok]:<3} {name:<12} {detail}" for name, ok, detail in features(t)]
+
+
+LOWER_IS_BETTER = ("loss", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "latency", "time", "cost",
+                   "regret", "wer", "cer", "bpb", "bpc")
+NOT_OBJECTIVES = ("epoch", "step", "iteration", "lr", "learning_rate")
+
+
+def mode_of(metric: str) -> str:
+    """``min`` for a metric whose name says lower is better (a loss, an error, a time), else ``max``."""
+    return "min" if any(w in metric.lower() for w in LOWER_IS_BETTER) else "max"
+
+
+def objective(metrics: list[str]) -> tuple[str, str] | None:
+    """The metric a sweep most likely optimises among those a loop reports, and its mode: a validation loss
+    first, then any loss, then a validation score, then the first that is not a counter (epoch, step, lr)."""
+    names = [m for m in metrics if m.lower().rsplit("/", 1)[-1] not in NOT_OBJECTIVES]
+    held_out = ("val", "valid", "eval", "test")
+    ranked = sorted(names, key=lambda m: ("loss" not in m.lower(), not any(h in m.lower() for h in held_out)))
+    return (ranked[0], mode_of(ranked[0])) if ranked else None

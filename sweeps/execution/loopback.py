@@ -123,6 +123,8 @@ def _init_group(backend: str, world_rank: int, world_size: int, port: int, timeo
 
     if backend == "nccl":
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # as Ray's own setup does
+    # as Ray's init_method="env" does: a loop (or a library) that reads where rank 0's store is finds it
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     timeout = datetime.timedelta(seconds=timeout_s)
     store = (dist._sweeps_loopback_store if world_rank == 0  # type: ignore[attr-defined]
              else dist.TCPStore("127.0.0.1", port, world_size, False, timeout=timeout))

@@ -8,7 +8,7 @@ from typing import Any
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import warm
+from sweeps.execution import firstreport, warm
 from sweeps.execution.budget import Budget
 from sweeps.execution.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
 from sweeps.execution.hours import Ledger, gated, ledger_callback, process_ledger
@@ -116,6 +116,7 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     from sweeps import store
     from sweeps.execution.stall import Watch, watchdog_callback
 
+    firstreport.arm()  # the stopper checks the metric (guarded_stopper); a restored one shares this state
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
     try:
@@ -142,6 +143,13 @@ def trial_seconds(spec: SweepSpec, plan: Plan) -> float | None:
     hours, trials = ((prev.hours or {}).get("cpu_used"), (prev.counts or {}).get("total")) if prev else (None, None)
     cpus = plan.per_trial.get("CPU", 0.0)
     return hours * 3600 / trials / cpus if hours and trials and cpus else None
+
+
+def guarded_stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Any:
+    """:func:`stopper` behind the check that every report holds the sweep's metric(s) (:mod:`firstreport`)."""
+    required = (spec.sweep.metric, *(o.metric for o in spec.sweep.objectives))
+    return firstreport.guarded(stopper(spec, ledger), tuple(dict.fromkeys(required)), spec.sweep.multi,
+                               spec.trainable.metrics)
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
@@ -183,7 +191,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=stopper(spec, ledger if spec.sweep.budget.enabled else None),
+        stop=guarded_stopper(spec, ledger if spec.sweep.budget.enabled else None),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

@@ -16,7 +16,7 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
-from sweeps.execution import loopback, raystart, stall
+from sweeps.execution import firstreport, loopback, raystart, stall
 from sweeps.execution.plan import per_trial
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
@@ -36,6 +36,7 @@ class Outcome:
     summary: summary.Summary
     interrupted: bool = False
     stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.stall)
+    missing_metric: str | None = None  # why a report without the sweep's metric ended it (execution.firstreport)
     report_paths: list[str] = field(default_factory=list)
     promotion: str | None = None
     promotion_refused: bool = False  # the champion gate refused the automatic promotion
@@ -47,10 +48,12 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        """1 stalled (resumable), 130 interrupted (resumable), 1 no trial succeeded, 3 the gate refused the
-        auto-promotion, else 0."""
-        from sweeps.errors import EXIT_GATE_REFUSED, EXIT_OK, EXIT_RUN_FAILED
+        """2 a report lacked the sweep's metric (fix the config, start again), 1 stalled (resumable), 130
+        interrupted (resumable), 1 no trial succeeded, 3 the gate refused the auto-promotion, else 0."""
+        from sweeps.errors import EXIT_BAD_INPUT, EXIT_GATE_REFUSED, EXIT_OK, EXIT_RUN_FAILED
 
+        if self.missing_metric:
+            return EXIT_BAD_INPUT
         if self.stalled:
             return EXIT_RUN_FAILED
         if self.interrupted:
@@ -145,13 +148,21 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
-            stuck = stall.stalled()
+            stuck, lacking = stall.stalled(), firstreport.problem()
             if stuck and interrupted:
                 reason = "stalled"
-                _note_stall(c, rec, stuck)
+                _tag_error(c, rec, f"stalled: {stuck}")
+            if lacking:  # not resumable: the metric is part of the sweep's digest; the fix is a new run
+                interrupted, status, reason = False, "failed", "metric_missing"
+                _tag_error(c, rec, lacking)
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ),
                                 _front(spec, records_))
-    out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None)
+    out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
+                  missing_metric=lacking)
+    if lacking:  # nothing to confirm, report or promote: no trial reported the metric
+        raystart.stop_in_background()
+        _announce(spec, out)
+        return out
     if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
         out.record = rec = _confirm(spec, rec, plan, c)
     raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
@@ -164,11 +175,11 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     return out
 
 
-def _note_stall(c: Any, rec: store.SweepRecord, why: str) -> None:
+def _tag_error(c: Any, rec: store.SweepRecord, why: str) -> None:
     try:
-        c.set_tag(rec.parent_run_id, "error", redaction.scrub(f"stalled: {why}")[:4000])
+        c.set_tag(rec.parent_run_id, "error", redaction.scrub(why)[:4000])
     except Exception as exc:  # the record still says it
-        log.warning("MLflow: could not tag the parent run with the stall (%s)", exc)
+        log.warning("MLflow: could not tag the parent run with why the sweep ended (%s)", exc)
 
 
 def _announce(spec: SweepSpec, out: Outcome) -> None:

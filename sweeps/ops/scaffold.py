@@ -4,9 +4,10 @@ Writes ``trainables/NAME.py`` (a complete Ray Train loop in the style of Ray's o
 ``ray.train.get_checkpoint()``, one ``state.pt`` checkpoint read back by its ``load_model`` for promotion,
 ``val/loss`` and ``val/acc`` each epoch),
 ``conf/trainable/NAME.yaml``, ``search_spaces/NAME.yaml`` and ``conf/experiment/NAME.yaml``. With
-``--from pkg.module:function`` the loop is the user's own function and stays in their own package: the
-trainable's config points at it, the experiment allows that package (``security.allowed_targets``), and a
-cluster sweep ships it to the nodes like ``trainables``.
+``--from pkg.module:function`` the loop is the user's own function and stays in their own package
+(:mod:`sweeps.ops.adopt`): the trainable's config points at it, the experiment allows that one module
+(``security.allowed_targets``), ``trainables/NAME.py`` holds only what promotion needs, and a cluster sweep ships
+the package to the nodes like ``trainables``.
 """
 
 from __future__ import annotations
@@ -137,18 +138,16 @@ name: {name}
 loop: {loop}
 builder: {builder}
 load_model: {load_model}  # load_model(checkpoint_dir, config): how `sweeps promote` reads a checkpoint
-metrics: [val/loss, val/acc, epoch]
+metrics: {metrics}
 num_workers: 1
 use_gpu: false
 resources_per_worker: {{CPU: 1}}
 placement_strategy: PACK
 checkpoint_every: 1
-params:
-  epochs: 5
-  batch_size: 32
-  hidden_size: 32
-  lr: 0.01
+params:{params}
 """
+OWN_METRICS = "[val/loss, val/acc, epoch]"
+OWN_PARAMS = "\n  epochs: 5\n  batch_size: 32\n  hidden_size: 32\n  lr: 0.01"
 
 SPACE = """# The search space of trainables/{name}.py: edit freely (python -m sweeps run --help lists the dists).
 lr: {{dist: loguniform, low: 1.0e-3, high: 1.0e-1}}
@@ -166,7 +165,7 @@ sweep:
   name: {name}
   num_samples: 4
   max_concurrent_trials: 2
-{security}"""
+{objective}{security}"""
 
 
 @dataclass(frozen=True)
@@ -192,17 +191,19 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
         texts = [LOOP.format(name=name), TRAINABLE.format(name=name, loop=f"trainables.{name}.train_loop",
                                                           builder=f"trainables.{name}.build_model",
                                                           load_model=f"trainables.{name}.load_model",
-                                                          how="made by `python -m sweeps new trainable`"),
-                 SPACE.format(name=name), EXPERIMENT.format(name=name, security="")]
+                                                          how="made by `python -m sweeps new trainable`",
+                                                          metrics=OWN_METRICS, params=OWN_PARAMS),
+                 SPACE.format(name=name), EXPERIMENT.format(name=name, objective="", security="")]
         return Scaffold(dict(zip(files, texts, strict=True)), name)
+    from sweeps.ops import adopt
+
     if not FROM.match(source):
         raise BadInput(f"--from: {source!r} is not pkg.module:function (or pkg.module.function)")
-    loop = source.replace(":", ".")
-    package = loop.split(".")[0]
-    security = f"\nsecurity:\n  allowed_targets: [{package}]  # the package --from points into\n"
-    del files[root / "trainables" / f"{name}.py"]  # the code stays in the user's own package
-    texts = [TRAINABLE.format(name=name, loop=loop, builder="null", load_model="null", how=f"your own {source}"),
-             SPACE.format(name=name), EXPERIMENT.format(name=name, security=security)]
+    a = adopt.adopt(name, source)
+    texts = [a.stub, TRAINABLE.format(name=name, loop=a.loop, builder="null", how=f"your own {source}",
+                                      load_model=f"trainables.{name}.load_model", metrics=a.metrics,
+                                      params=a.params),
+             a.space, EXPERIMENT.format(name=name, objective=a.objective, security=a.security)]
     return Scaffold(dict(zip(files, texts, strict=True)), name)
 
 

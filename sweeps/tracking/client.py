@@ -30,6 +30,8 @@ RUN_TAG_DIGEST = "sweeps.config_digest"  # on a trial run: its configuration (se
 RUN_TAG_CONFIRM = "sweeps.confirm"  # on a trial run of `sweeps confirm`
 RUN_TAG_LEASE = "sweeps.lease_expires"  # on a parent run: unix time until which its driver's claim holds
 PARENT_TAG = "mlflow.parentRunId"
+# MLflow 3's UI opens an experiment by its kind: this one lands on the runs table (none: the GenAI overview).
+KIND_TAG, TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 SKIP_RESULT_KEYS = {
     "timestamp", "pid", "done", "training_iteration", "iterations_since_restore", "time_since_restore",
     "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name", "should_checkpoint",
@@ -121,13 +123,25 @@ def client(uri: str) -> Any:
 
 
 def get_or_create_experiment(c: Any, name: str, uri: str) -> str:
+    """The experiment's id; one sweeps creates is of the training kind, and so becomes one it created earlier
+    without a kind. A kind someone else set is kept."""
     exp = c.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             c.restore_experiment(exp.experiment_id)
+        if KIND_TAG not in (exp.tags or {}) and _holds_a_sweep(c, exp.experiment_id):
+            c.set_experiment_tag(exp.experiment_id, KIND_TAG, TRAINING_KIND)
         return str(exp.experiment_id)
     root = artifact_root(uri)
-    return str(c.create_experiment(name, artifact_location=f"{root}/{name}" if root else None))
+    return str(c.create_experiment(name, artifact_location=f"{root}/{name}" if root else None,
+                                   tags={KIND_TAG: TRAINING_KIND}))
+
+
+def _holds_a_sweep(c: Any, exp_id: str) -> bool:
+    from mlflow.entities import ViewType
+
+    return bool(c.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG_KIND}` = 'sweep'", max_results=1,
+                              run_view_type=ViewType.ALL))
 
 
 def chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
