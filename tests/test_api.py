@@ -201,6 +201,7 @@ def test_without_a_terminal_or_a_logging_setup_the_status_lines_go_to_stderr(mon
                                                                               ) -> None:
     monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a plain script: nobody configured logging
     monkeypatch.setattr(logging.getLogger("sweeps"), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("sweeps"), "propagate", True)  # as a host that never ran the CLI has it
     logger = logging.getLogger(live.PROGRESS_LOGGER)
     level, propagate = logger.level, logger.propagate
     plain = io.StringIO()

@@ -133,11 +133,11 @@ def test_sweep_experiments_open_on_the_runs_table_and_a_users_kind_is_kept(tmp_p
     created = tracking.get_or_create_experiment(c, "fresh", uri)
     assert kind(created) == tracking.TRAINING_KIND == "custom_model_development"
     older = c.create_experiment("older")  # made by a sweeps without kinds: it holds a sweep's parent run
-    c.create_run(older, tags={tracking.TAG_KIND: "sweep"})
+    c.create_run(older, tags={tracking.RUN_TAG_KIND: "sweep"})
     assert tracking.get_or_create_experiment(c, "older", uri) == older and kind(older) == tracking.TRAINING_KIND
     users = c.create_experiment("users")  # someone else's, with no sweep in it yet: left as it is
     assert tracking.get_or_create_experiment(c, "users", uri) == users and kind(users) is None
     genai = c.create_experiment("genai", tags={tracking.KIND_TAG: "genai_development"})
-    c.create_run(genai, tags={tracking.TAG_KIND: "sweep"})
+    c.create_run(genai, tags={tracking.RUN_TAG_KIND: "sweep"})
     tracking.get_or_create_experiment(c, "genai", uri)
     assert kind(genai) == "genai_development", "a kind someone set is never overwritten"
