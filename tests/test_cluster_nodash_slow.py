@@ -202,7 +202,7 @@ def test_a_drained_node_hands_its_trial_to_the_other_node_as_a_retry(parts: Part
              victim_node, "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot reclaim",
              "--deadline-remaining-seconds", "10"], env=c.client_env(), capture_output=True, text=True, timeout=120)
         assert drain.returncode == 0, drain.stdout + drain.stderr
-        time.sleep(10)  # the deadline (the trial has >= 18 s of epochs left): then the node goes, as the autoscaler's would
+        time.sleep(10)  # the deadline (>= 18 s of epochs left): then the node goes, as the autoscaler's would
         ids[victim_node].kill()
         out, _ = proc.communicate(timeout=900)
     finally:
