@@ -87,10 +87,11 @@ class Sampler:
 def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
-        # scheduler=median: the one end-to-end run of the median-stopping rule (one trial: it stops nothing)
+        # scheduler=median: the one end-to-end run of the median-stopping rule (one trial: it stops nothing);
+        # trainable.placement_strategy=SPREAD: the one end-to-end run of a strategy other than PACK
         proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=median",
                          "trainable.num_workers=2", "trainable.params.epochs=3", "report.enabled=false",
-                         "cluster.worker_start_timeout_s=60")
+                         "trainable.placement_strategy=SPREAD", "cluster.worker_start_timeout_s=60")
         with Sampler(proc.pid) as sampler:
             out, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, out[-4000:]
@@ -112,6 +113,7 @@ def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
         assert tags["sweeps.listeners"] == rec["listeners"]
         (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
         first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
+        assert first["sys/placement"] == "SPREAD", "the workers' group has the configured strategy"
         host, port = first["sys/rendezvous"].rsplit(":", 1)
         assert is_loopback(host), first["sys/rendezvous"]
         store = [x for x in train if x.port == int(port) and x.kind == "tcp"]

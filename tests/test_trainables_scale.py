@@ -125,6 +125,7 @@ def test_worker_facts_gather_every_ranks_device_and_the_backend() -> None:
         assert facts["sys/backend"] == "gloo" and json.loads(facts["sys/workers"]) == every, facts
     alone = common.worker_facts(torch.nn.Linear(4, 2), 0, 0)  # no process group in this process
     assert alone["sys/backend"] == "none" and json.loads(alone["sys/workers"]) == every[:1]
+    assert alone["sys/placement"] == facts["sys/placement"] == "none", "outside Ray: no placement group"
 
 
 # -- charlm: tokenizer, corpus, schedule --------------------------------------------------------------------

@@ -26,6 +26,8 @@ def _best(rows: list[dict], metric: str) -> float:
 
 
 def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(tmp_path: Path) -> None:
+    """A 2-point grid with ``confirm.enabled`` and ``promote.require_confirmed``: the run confirms its top 2 over
+    2 seeds and promotes the confirmed winner itself; ``promote --confirmed`` picks the same one."""
     import numpy as np
     from scipy import stats
 
@@ -37,10 +39,9 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
                 "search_space.lr={dist: choice, values: [0.003, 0.1]}", "searcher=grid",
                 "search_space.hidden_size={dist: choice, values: [32]}",
                 "notify.webhook_url=${oc.env:SWEEPS_TEST_HOOK}", "search_space.batch_size={dist: choice, values: [64]}",
-                "sweep.num_samples=1", check=True,
-                extra_env=hook)
-        proc = env.run("confirm", "latest", "--top-k", "2", "--seeds", "2", timeout=900, extra_env=hook)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+                "sweep.num_samples=1", "confirm.enabled=true", "confirm.top_k=2", "confirm.seeds=2",
+                "promote.enabled=true", "promote.require_confirmed=true", "promote.model_name=auto-confirmed",
+                check=True, timeout=900, extra_env=hook)
         rec = _index(env)
         assert len(rec["confirm_dirs"]) == 1 and len(rec["confirmed"]) == 2
         # the intervals, recomputed independently from each confirm trial's own result.json
@@ -64,15 +65,17 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
         report = (env.root / "reports" / "quickstart" / rec["sweep_id"] / "summary.md").read_text()
         assert "## Confirmed" in report and rec["confirmed"][0]["digest"] in report
         assert (env.root / "reports" / "quickstart" / rec["sweep_id"] / "confirmed_intervals.png").is_file()
-        # promote --confirmed: the winner's best re-run, gated on (and recording) its pessimistic bound
+        # the run's own promotion (promote.require_confirmed) and `promote --confirmed`: the winner's best re-run,
+        # gated on (and recording) its pessimistic bound
         proc = env.run("promote", "latest", "--confirmed", "--model-name", "confirmed-digits", timeout=600,
                        extra_env=hook)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        version = c.get_model_version_by_alias("confirmed-digits", "champion")
         winner = [r for r in confirm_runs if r.data.tags["sweeps.config_digest"] == rec["confirmed"][0]["digest"]]
-        assert version.tags["trial_id"] in {r.data.tags["sweeps.trial_id"] for r in winner}
-        assert version.tags["confirmed"] == "true"
-        assert float(version.tags["metric_value"]) == pytest.approx(rec["confirmed"][0]["pessimistic"])
+        for name in ("auto-confirmed", "confirmed-digits"):
+            version = c.get_model_version_by_alias(name, "champion")
+            assert version.tags["trial_id"] in {r.data.tags["sweeps.trial_id"] for r in winner}, name
+            assert version.tags["confirmed"] == "true", name
+            assert float(version.tags["metric_value"]) == pytest.approx(rec["confirmed"][0]["pessimistic"]), name
         events = [b["event"] for _, b in receiver.bodies]
         assert events[0] == "finished" and events[-1] == "promoted", events
     finally:

@@ -326,18 +326,33 @@ def worker_facts(model: Any, rank: int, local_rank: int) -> dict[str, str]:
     ``sys/workers``: a JSON list, in rank order, of ``{"rank", "local_rank", "device"}``, where ``device`` is
     where the model's parameters live (``cuda:1``, ``cpu``), so a silent CPU fallback shows; ``sys/backend``:
     torch.distributed's backend (``nccl``, ``gloo``; ``none`` without a process group); ``sys/rendezvous``: the
-    ``MASTER_ADDR:MASTER_PORT`` of the process group's store (rank 0 listens there). Strings: they reach
-    Tune's result rows, not MLflow's metrics.
+    ``MASTER_ADDR:MASTER_PORT`` of the process group's store (rank 0 listens there); ``sys/placement``: the
+    strategy of the placement group the workers run in (``PACK``, ``SPREAD``...; ``none`` outside one). Strings:
+    they reach Tune's result rows, not MLflow's metrics.
     """
     import torch.distributed as dist
 
     mine = {"rank": rank, "local_rank": local_rank, "device": str(next(model.parameters()).device)}
+    placement = {"sys/placement": _placement_strategy()}
     if not (dist.is_available() and dist.is_initialized()):
-        return {"sys/workers": json.dumps([mine]), "sys/backend": "none"}
+        return {"sys/workers": json.dumps([mine]), "sys/backend": "none", **placement}
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)  # rank order
     rendezvous = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
-    return {"sys/workers": json.dumps(every), "sys/backend": str(dist.get_backend()), "sys/rendezvous": rendezvous}
+    return {"sys/workers": json.dumps(every), "sys/backend": str(dist.get_backend()), "sys/rendezvous": rendezvous,
+            **placement}
+
+
+def _placement_strategy() -> str:
+    """The strategy of the placement group this process runs in (Ray's public calls), ``none`` outside one."""
+    import ray
+
+    if not ray.is_initialized():
+        return "none"
+    pg = ray.util.get_current_placement_group()
+    if pg is None:
+        return "none"
+    return str(ray.util.placement_group_table(pg).get("strategy") or "none")
 
 
 def parameter_count(model: Any) -> int:
