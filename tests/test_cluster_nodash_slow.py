@@ -18,11 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_harness import Cluster, start_s3, wait_until
+from cluster_harness import Cluster, wait_until
 from conftest import SweepsEnv, mlflow_client
-from test_cluster_slow import NODE_CPUS, TRIAL, Parts, check, kill_group, live_rows, record, s3_rows
-
-from sweeps.tracking import server as mlflow_server
+from test_cluster_slow import NODE_CPUS, TRIAL, Parts, check, kill_group, live_rows, record, s3_rows, standing
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.cluster,
@@ -43,32 +41,8 @@ out = {"named": [e["name"] for e in pgs if (e.get("name") or "").startswith("swe
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
-    root = tmp_path_factory.mktemp("nodash")
-    s3 = start_s3(root / "moto.log")
-    saved = {k: os.environ.get(k) for k in s3.env}
-    os.environ.update(s3.env)
-    home = root / "home"
-    home.mkdir()
-    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
-    cluster = Cluster(root, home, base)
-    srv = None
-    try:
-        srv = mlflow_server.start(f"sqlite:///{root / 'mlflow.db'}", artifacts_destination=s3.uri("mlflow"),
-                                  log_path=root / "mlflow.log", env={**base, "HOME": str(home)})
-        cluster.start_head(env=s3.env, dashboard=False)
-        for _ in range(2):
-            cluster.start_worker(NODE_CPUS, env=s3.env)
-        yield Parts(root, s3, srv, cluster)
-    finally:
-        cluster.shutdown()
-        if srv is not None:
-            srv.stop()
-        s3.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with standing(tmp_path_factory.mktemp("nodash"), dashboard=False, workers=2) as p:
+        yield p
 
 
 class GroupSampler:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,9 +67,10 @@ class Parts:
         return env
 
 
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
-    root = tmp_path_factory.mktemp("cluster")
+@contextmanager
+def standing(root: Path, dashboard: bool = True, workers: int = 0) -> Iterator[Parts]:
+    """S3 (moto), an MLflow server whose artifacts go there (both on loopback), a 0-CPU head (with or without
+    the dashboard) and ``workers`` worker nodes of NODE_CPUS; all stopped at the end, this process's env put back."""
     s3 = start_s3(root / "moto.log")
     saved = {k: os.environ.get(k) for k in s3.env}
     os.environ.update(s3.env)  # this process reads S3 too (pyarrow, boto3)
@@ -81,7 +83,9 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
         # MLflow server on loopback with proxied artifacts in the same S3 (it needs the AWS env and boto3)
         srv = mlflow_server.start(f"sqlite:///{root / 'mlflow.db'}", artifacts_destination=s3.uri("mlflow"),
                                   log_path=root / "mlflow.log", env={**base, "HOME": str(home)})
-        cluster.start_head(env=s3.env)  # a Ray Job's driver runs there
+        cluster.start_head(env=s3.env, dashboard=dashboard)
+        for _ in range(workers):
+            cluster.start_worker(NODE_CPUS, env=s3.env)
         yield Parts(root, s3, srv, cluster)
     finally:
         cluster.shutdown()
@@ -93,6 +97,12 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
+    with standing(tmp_path_factory.mktemp("cluster")) as p:  # a Ray Job's driver runs on the head: dashboard on
+        yield p
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
