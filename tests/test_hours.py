@@ -84,3 +84,25 @@ def test_the_watchdog_speaks_after_twice_the_longest_gap_and_ends_after_its_limi
     assert w.say_after() == 600.0 and w.limit() == 1500.0
     assert Watch("s", {}, timeout_s=0).limit() is None, "0 = never"
     assert Watch("s", {}, timeout_s=42).limit() == 42
+
+
+def test_an_extension_prices_its_next_trial_from_the_sweeps_own_hours(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """`extend` and `resume` mark the sweep running before its Tuner is built, so the experiment's last
+    *finished* sweep is not there to price a trial: the sweep's own record is. One 12 s trial (2 CPUs, 1 GPU)
+    already held 12 of 15 GPU-seconds: the next one cannot fit, and is not started."""
+    from types import SimpleNamespace
+
+    from sweeps import store
+    from sweeps.execution.tuner import trial_seconds
+
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
+    assert store.latest_for("quickstart") is None, "no finished sweep of the experiment to go by"
+    own = SimpleNamespace(hours={"cpu_used": 24 / 3600, "gpu_used": 12 / 3600}, counts={"total": 1})
+    spec = SimpleNamespace(sweep=SimpleNamespace(name="quickstart"))
+    plan = SimpleNamespace(per_trial={"CPU": 2.0, "GPU": 1.0})
+    one = trial_seconds(spec, plan, own)  # type: ignore[arg-type]
+    assert one == pytest.approx(12.0)
+    led = hours.process_ledger().configure(BudgetCfg(None, 15 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600), one)
+    assert not led.admits_next(), "12 GPU-s held + a 12 s trial > 15"
+    assert hours.process_ledger().configure(BudgetCfg(None, 30 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600),
+                                            one).admits_next()

@@ -464,6 +464,26 @@ def _switch_workflow(browser: Any, site: Site, label: str) -> None:
     button.click()
 
 
+def _click_until_it_navigates(browser: Any, site: Site, locator: Any, to: str, tries: int = 3) -> None:
+    """Click the link; a click that lands while the list is still re-rendering (it refetches after the
+    sidebar switch) does nothing, so click again, as a user would, until the URL holds ``to``."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for _ in range(tries):
+        link = _wait(browser, ec.element_to_be_clickable(locator), site.shots / "experiment-list-timeout.png",
+                     "the sweep's experiment in MLflow's experiment list")
+        try:
+            link.click()
+            WebDriverWait(browser, WAIT_S / tries).until(lambda d: to in d.current_url)
+            return
+        except (StaleElementReferenceException, TimeoutException):
+            continue
+    browser.save_screenshot(str(site.shots / "experiment-click-timeout.png"))
+    pytest.fail(f"{tries} clicks on the experiment's link left the page at {browser.current_url}")
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_experiment_list_opens_the_sweeps_experiment_on_its_runs_table(site: Site, browser: Any) -> None:
@@ -480,9 +500,7 @@ def test_experiment_list_opens_the_sweeps_experiment_on_its_runs_table(site: Sit
     _switch_workflow(browser, site, "Model training")
     try:
         browser.get(f"{site.url}/#/experiments")
-        link = _wait(browser, ec.element_to_be_clickable(_visible_link("quickstart")),
-                     site.shots / "experiment-list-timeout.png", "the sweep's experiment in MLflow's experiment list")
-        link.click()
+        _click_until_it_navigates(browser, site, _visible_link("quickstart"), f"/experiments/{site.experiment_id}")
         parent = _wait(browser, ec.visibility_of_element_located(_visible_link(site.sweep_id)),
                        site.shots / "experiment-landing-timeout.png", f"the runs table with the parent {site.sweep_id}")
         assert f"/experiments/{site.experiment_id}/runs" in browser.current_url, browser.current_url

@@ -220,7 +220,9 @@ def test_a_grid_runs_exactly_the_grid_times_the_repeats_and_promote_takes_the_ch
         assert "registered digits-loss version 1" in proc.stdout
         c = mlflow_client(env.tracking_uri)
         version = c.get_model_version("digits-loss", "1")
-        assert version.tags["checkpoint"] == best_ck, (version.tags["checkpoint"], kept)
+        # the repeats of a grid point share its seed, so two checkpoints can tie: any with the lowest loss
+        assert version.tags["checkpoint"] in kept and kept[version.tags["checkpoint"]][0] == kept[best_ck][0], \
+            (version.tags["checkpoint"], kept)
         assert float(version.tags["metric_value"]) == pytest.approx(kept[best_ck][0])
         child = [r for r in _runs(env, rec) if r.data.tags.get("sweeps.trial_id") == version.tags["trial_id"]]
         assert version.tags["checkpoint"] == child[0].data.tags["best_checkpoint"], "tracker and promotion agree"

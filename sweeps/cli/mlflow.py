@@ -7,6 +7,7 @@ import signal
 
 from sweeps import paths
 from sweeps.ops.sync import sync
+from sweeps.tracking.server import url_host
 from sweeps.tracking.ui import check_exposure, check_port, serve, store_uri, wait_until_interrupted
 
 
@@ -26,21 +27,23 @@ def cli_ui(args: argparse.Namespace) -> int:
     uri = store_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
         print(f"The tracking store is an MLflow server; open {uri.rstrip('/')}/#/experiments")
-        _latest_sweep(uri, None)
+        print(_latest_sweep(uri, None), end="", flush=True)
         return 0
     note = check_exposure(args.host, args.auth, args.insecure)
     check_port(args.host, args.port)
     if note:
         print(note)
     log_path = paths.home() / "mlflow-ui.log"
+    # what the banner says is worked out before the server starts: once its URL is printed, all that is left
+    # is waiting, so a Ctrl-C then never lands in the middle of an import
+    latest = _latest_sweep(uri, f"http://{url_host(args.host)}:{args.port}")
     print(f"starting the MLflow UI for {uri} ...", flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` must not orphan the server either
     try:
         server = serve(uri, args.host, args.port, log_path, auth=args.auth)
         try:
-            print(f"MLflow UI: {server.experiments_url()}", flush=True)
-            _latest_sweep(uri, server.url)
-            print(f"(server log: {log_path}; Ctrl-C to stop)", flush=True)
+            print(f"MLflow UI: {server.experiments_url()}\n{latest}(server log: {log_path}; Ctrl-C to stop)",
+                  flush=True)
             code = wait_until_interrupted(server)
         finally:
             server.stop()
@@ -50,12 +53,13 @@ def cli_ui(args: argparse.Namespace) -> int:
     return code
 
 
-def _latest_sweep(uri: str, ui_url: str | None) -> None:
-    """The newest sweep of this store: its runs table and its parent run's page."""
+def _latest_sweep(uri: str, ui_url: str | None) -> str:
+    """The newest sweep of this store: a line with its runs table and its parent run's page ("" when none)."""
     from sweeps import store
     from sweeps.tracking import links
 
     rec = next((r for r in reversed(store.all_records()) if r.tracking_uri == uri and r.mlflow_experiment_id), None)
-    if rec is not None:
-        print(f"latest sweep {rec.sweep_id}: {links.runs_url(uri, rec.mlflow_experiment_id, ui_url)} "
-              f"(parent run {links.run_url(uri, rec.mlflow_experiment_id, rec.parent_run_id, ui_url)})", flush=True)
+    if rec is None:
+        return ""
+    return (f"latest sweep {rec.sweep_id}: {links.runs_url(uri, rec.mlflow_experiment_id, ui_url)} "
+            f"(parent run {links.run_url(uri, rec.mlflow_experiment_id, rec.parent_run_id, ui_url)})\n")

@@ -120,29 +120,33 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
     try:
-        prior, recorded = store.load(sweep_id).hours or {}, True
+        own: store.SweepRecord | None = store.load(sweep_id)
     except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test): nothing to save to
-        prior, recorded = {}, False
+        own = None
+    prior, recorded = (own.hours or {}) if own else {}, own is not None
 
     def save(hours: dict[str, Any]) -> None:
         if recorded:
             store.update(sweep_id, hours=hours)
     process_ledger().configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
                                spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
-                               trial_seconds(spec, plan))
+                               trial_seconds(spec, plan, own))
     out = [progress_callback(progress), watchdog_callback(Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)),
            ledger_callback(process_ledger(), save=save)]
     return out if spec.cluster.mode == "local" else [*out, census_callback(process_census())]
 
 
-def trial_seconds(spec: SweepSpec, plan: Plan) -> float | None:
-    """One trial's seconds in the experiment's last sweep (the budget's estimate before a trial ended here)."""
+def trial_seconds(spec: SweepSpec, plan: Plan, own: Any = None) -> float | None:
+    """One trial's seconds (the budget's estimate before a trial ends in this run): from the sweep's own
+    earlier runs when it has some (``resume``, ``extend``: its record), else the experiment's last sweep."""
     from sweeps import store
 
-    prev = store.latest_for(spec.sweep.name)
-    hours, trials = ((prev.hours or {}).get("cpu_used"), (prev.counts or {}).get("total")) if prev else (None, None)
     cpus = plan.per_trial.get("CPU", 0.0)
-    return hours * 3600 / trials / cpus if hours and trials and cpus else None
+    for rec in (own, store.latest_for(spec.sweep.name)):
+        hours, trials = ((rec.hours or {}).get("cpu_used"), (rec.counts or {}).get("total")) if rec else (None, None)
+        if hours and trials and cpus:
+            return float(hours * 3600 / trials / cpus)
+    return None
 
 
 def guarded_stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Any:
