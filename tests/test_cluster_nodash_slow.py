@@ -86,7 +86,8 @@ GRID = ["sweep.num_samples=3", "search_space.lr={dist: grid, values: [0.00001, 0
 def test_asha_without_the_dashboard_frees_every_stopped_trials_group(parts: Parts, tmp_path: Path) -> None:
     """Six trials, the tiny-lr ones stopped early by ASHA: no stopped trial's worker group outlives it by more
     than a few seconds (named groups vs live Train controllers, sampled from the GCS), no per-run
-    PlacementGroupCleaner is started, and the sweep completes."""
+    PlacementGroupCleaner is started, and the sweep completes. Why its own sweep: the head must run without the
+    dashboard, which tests/test_cluster_slow.py's Ray Job test needs."""
     env = SweepsEnv(tmp_path, seed_store=False)
     with GroupSampler(parts.cluster) as sampler:
         out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('nodash')}", *GRID,
@@ -151,7 +152,7 @@ def test_another_job_holding_every_cpu_stalls_the_sweep_and_the_watchdog_ends_it
 def test_a_drained_node_hands_its_trial_to_the_other_node_as_a_retry(parts: Parts, tmp_path: Path) -> None:
     """``ray drain-node`` (the autoscaler's path for spot and scale-down) with a deadline, then the node goes: the
     trial that ran there continues from its latest checkpoint on the other node; none is lost or counted
-    twice; its MLflow run (one per trial) says it was retried."""
+    twice; its MLflow run (one per trial) says it was retried. Why its own sweep: a node is taken away under it."""
     env = SweepsEnv(tmp_path, seed_store=False)
     c = parts.cluster
     if len([w for w in c.workers if w.alive()]) < 2:

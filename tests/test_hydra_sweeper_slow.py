@@ -101,6 +101,9 @@ def _trial_runs(app: Path, rec: dict) -> list:
 
 
 def test_a_hydra_app_swept_with_asha_stops_trials_early(tmp_path: Path) -> None:
+    """`python train.py -m hydra/sweeper=sweeps` on a Hydra app outside the project: ASHA stops trials early,
+    each trial has its MLflow run and Hydra job folder, the report lands under the app's multirun folder.
+    Why its own sweep: the sweep is started by Hydra's launcher in the app, not by `sweeps run`."""
     env = SweepsEnv(tmp_path / "env", seed_store=False)
     app = _app(tmp_path)
     try:
@@ -121,6 +124,8 @@ def test_a_hydra_app_swept_with_asha_stops_trials_early(tmp_path: Path) -> None:
 
 
 def test_a_task_that_only_returns_its_metric_over_config_group_options(tmp_path: Path) -> None:
+    """A task that reports nothing and returns its metric, swept over config-group options with a grid.
+    Why its own sweep: the other reports every epoch (ASHA needs it); this one must not report at all."""
     env = SweepsEnv(tmp_path / "env", seed_store=False)
     app = _app(tmp_path)
     try:

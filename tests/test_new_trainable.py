@@ -258,6 +258,8 @@ def _record(env: SweepsEnv, ran: subprocess.CompletedProcess[str]) -> dict[str, 
 @pytest.mark.slow
 def test_rays_linear_example_swept_reported_and_promoted_through_the_scaffolds_load_model(
         linex: tuple[Path, SweepsEnv]) -> None:
+    """Ray's linear example, untouched, through `new trainable --from`: swept, reported, promoted with the
+    scaffold's load_model. Why its own sweep: its trainable exists only in this module's clone."""
     root, env = linex
     ran = _sweeps(root, env, "run", "+experiment=linex", "sweep.metric=loss", "sweep.mode=min", *TINY)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]

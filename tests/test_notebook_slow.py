@@ -57,6 +57,8 @@ def _stdout(cell: Any) -> str:
 
 
 def test_the_quickstart_notebook_runs_a_sweep_and_reads_its_dataframe(sweeps_env: Any) -> None:
+    """examples/quickstart.ipynb in a real Jupyter kernel: its sweep finishes and its DataFrame is trials.csv.
+    Why its own sweep: it runs inside the kernel's process, which no CLI sweep shares."""
     import nbformat
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -108,6 +110,8 @@ def _reported(home: Path) -> bool:
 
 
 def test_a_kernel_interrupt_stops_the_sweep_cleanly_and_it_resumes(sweeps_env: Any) -> None:
+    """A kernel interrupt mid-sweep raises SweepInterrupted after a clean stop; sweeps.resume finishes it.
+    Why its own sweep: it must be interrupted, which the notebook's own sweep must not be."""
     import nbformat
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(INTERRUPTED), nbformat.v4.new_code_cell(RESUMED)])
