@@ -356,6 +356,7 @@ def test_node_loss_restores_the_trial_that_ran_there(parts: Parts, tmp_path: Pat
     ids = {w.node_id: w for w in c.workers}
     proc = env.popen("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('loss')}", "scheduler=fifo",
                      "sweep.num_samples=2", "trainable.params.epochs=8", "trainable.params.batch_size=8",
+                     "+trainable.params.epoch_sleep_s=2.0",  # >= 12 s of epochs left once epoch 2 is seen
                      "failure.worker_max_failures=2", "failure.max_failures=2", extra_env=parts.driver_env())
     try:
         def training() -> tuple[str, str, int] | None:

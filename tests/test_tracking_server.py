@@ -294,7 +294,14 @@ def test_ui_serves_the_sqlite_store_with_its_artifacts_until_ctrl_c(sweeps_env: 
         assert [f["path"] for f in listed["files"]] == ["hello.txt"]
         assert _get(f"{base}/get-artifact?path=hello.txt&run_uuid={run_id}") == b"artifact body"
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=180)
+        try:
+            out, _ = proc.communicate(timeout=60)  # the server's stop is bounded at ~20 s
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR2)  # `sweeps ui` dumps its threads' stacks (faulthandler)
+            time.sleep(3)
+            proc.kill()
+            out, _ = proc.communicate()
+            pytest.fail(f"`sweeps ui` still ran 60 s after Ctrl-C; its output and stacks:\n{out[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -38,7 +38,11 @@ def cli_ui(args: argparse.Namespace) -> int:
     # is waiting, so a Ctrl-C then never lands in the middle of an import
     latest = _latest_sweep(uri, f"http://{url_host(args.host)}:{args.port}")
     print(f"starting the MLflow UI for {uri} ...", flush=True)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` must not orphan the server either
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2 PID`: where it is, on stderr
+    # Ctrl-C and `kill` stop the server, also where SIGINT arrives ignored (a background job of a script)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server = serve(uri, args.host, args.port, log_path, auth=args.auth)
         try:
@@ -48,7 +52,8 @@ def cli_ui(args: argparse.Namespace) -> int:
         finally:
             server.stop()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print("MLflow UI stopped")
     return code
 
