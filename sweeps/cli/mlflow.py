@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import signal
 
 from sweeps import paths
@@ -38,8 +39,6 @@ def cli_ui(args: argparse.Namespace) -> int:
     # is waiting, so a Ctrl-C then never lands in the middle of an import
     latest = _latest_sweep(uri, f"http://{url_host(args.host)}:{args.port}")
     print(f"starting the MLflow UI for {uri} ...", flush=True)
-    import faulthandler
-
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2 PID`: where it is, on stderr
     # Ctrl-C and `kill` stop the server, also where SIGINT arrives ignored (a background job of a script)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}

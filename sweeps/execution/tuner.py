@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
@@ -16,6 +16,9 @@ from sweeps.execution.plan import TRIAL_SLOT, Plan
 from sweeps.execution.progress import Progress, progress_callback
 from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
 from sweeps.execution.trial import TrialSetup, run_trial
+
+if TYPE_CHECKING:
+    from sweeps.store import SweepRecord
 
 
 def train_dir(spec: SweepSpec, sweep_id: str) -> str:
@@ -120,14 +123,11 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
                         str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
     try:
-        own: store.SweepRecord | None = store.load(sweep_id)
+        own: SweepRecord | None = store.load(sweep_id)
     except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test): nothing to save to
         own = None
-    prior, recorded = (own.hours or {}) if own else {}, own is not None
-
-    def save(hours: dict[str, Any]) -> None:
-        if recorded:
-            store.update(sweep_id, hours=hours)
+    prior = (own.hours if own else None) or {}
+    save = (lambda hours: store.update(sweep_id, hours=hours)) if own else None
     process_ledger().configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
                                spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
                                trial_seconds(spec, plan, own))
@@ -136,17 +136,19 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     return out if spec.cluster.mode == "local" else [*out, census_callback(process_census())]
 
 
-def trial_seconds(spec: SweepSpec, plan: Plan, own: Any = None) -> float | None:
+def trial_seconds(spec: SweepSpec, plan: Plan, own: SweepRecord | None = None) -> float | None:
     """One trial's seconds (the budget's estimate before a trial ends in this run): from the sweep's own
     earlier runs when it has some (``resume``, ``extend``: its record), else the experiment's last sweep."""
     from sweeps import store
 
     cpus = plan.per_trial.get("CPU", 0.0)
-    for rec in (own, store.latest_for(spec.sweep.name)):
+
+    def one_trial_s(rec: SweepRecord | None) -> float | None:
         hours, trials = ((rec.hours or {}).get("cpu_used"), (rec.counts or {}).get("total")) if rec else (None, None)
-        if hours and trials and cpus:
-            return float(hours * 3600 / trials / cpus)
-    return None
+        return float(hours * 3600 / trials / cpus) if hours and trials and cpus else None
+
+    mine = one_trial_s(own)  # read first: the experiment's records are read only when the sweep has no price
+    return mine if mine is not None else one_trial_s(store.latest_for(spec.sweep.name))
 
 
 def guarded_stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Any:
