@@ -3,9 +3,10 @@
 
 What must hold: completion and early stopping are counted from what Tune observed (not from the loop's 0-based
 ``epoch``), the training time behind the efficiency figure (Tune's time between reports, for a loop without
-timing metrics) is within 20% of the loop's own timestamps (each epoch's start to its report's return),
-and every trial continued after the resume from its checkpoint (its epochs never restart from 0). PBT weight
-transfer with the same loop is in tests/test_bridge_slow.py. Slow tier.
+timing metrics) agrees within 20% with the loop's own timestamps (each epoch's start to its report's return;
+an epoch the kill made run twice counts once or twice, as Tune saw it), and every trial continued after the
+resume from its checkpoint (its epochs never restart from 0). PBT weight transfer with the same loop is in
+tests/test_bridge_slow.py. Slow tier.
 """
 
 from __future__ import annotations
@@ -46,15 +47,30 @@ def _reported(env: SweepsEnv) -> int:
     return sum(len(_rows(d)) for d in Path(dirs[0]).iterdir() if d.is_dir()) if Path(dirs[0]).is_dir() else 0
 
 
-def _logged_train_s(folder: Path) -> float:
-    """The loop's own measure: each (trial, epoch)'s last run, from its start to the return of its report (which
-    saved the checkpoint); a re-run epoch counts once."""
-    spans: dict[tuple[float, int], float] = {}
+def _logged_train_s(folder: Path) -> tuple[float, float]:
+    """The loop's own measure, each run of an epoch from its start to the return of its report (which saved the
+    checkpoint): (each (trial, epoch) counted once, at its last run; every run counted).
+
+    A driver killed mid-sweep makes some epochs run twice. Whether Tune saw the first run depends on when the kill
+    came: before its report reached the driver (Tune has one row for the epoch), or after the row was written but
+    before Tune's experiment state was saved (the trial restores an older checkpoint and Tune records the epoch
+    again). Tune's clock counts every report it received, so it lies between the two."""
+    last: dict[tuple[float, int], float] = {}
+    every = 0.0
     for f in folder.glob("epochs-*.jsonl"):
         for line in f.read_text().splitlines():
             e = json.loads(line)
-            spans[(e["lr"], e["epoch"])] = e["end"] - e["start"]
-    return sum(spans.values())
+            last[(e["lr"], e["epoch"])] = e["end"] - e["start"]
+            every += e["end"] - e["start"]
+    return sum(last.values()), every
+
+
+def _diagnosis(trials: dict[str, list[dict]], log: Path) -> dict:
+    """On a mismatch: each trial's Tune rows (iteration, since restore, time this iter) and the loop's spans."""
+    tune = {n: [(r["training_iteration"], r.get("iterations_since_restore"), round(r["time_this_iter_s"], 2))
+                for r in rows] for n, rows in trials.items()}
+    loop = [json.loads(x) for f in log.glob("epochs-*.jsonl") for x in f.read_text().splitlines()]
+    return {"tune": tune, "loop": [(e["lr"], e["epoch"], round(e["end"] - e["start"], 2)) for e in loop]}
 
 
 def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tune(tmp_path: Path) -> None:
@@ -87,8 +103,9 @@ def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tun
         # the training time behind the efficiency figure, against the loop's own timestamps
         summ = collect(load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], EPOCHS, settled=True),
                        rec["metric"], rec["mode"], max_epochs=EPOCHS, wall_s=rec["wall_s"], slots=rec["slots"])
-        own = _logged_train_s(log)
-        assert summ.t_ideal_s is not None and own > 0
-        assert abs(summ.t_ideal_s * (rec["slots"] or 1) - own) <= 0.2 * own, (summ.t_ideal_s, rec["slots"], own)
+        once, every = _logged_train_s(log)
+        assert summ.t_ideal_s is not None and once > 0
+        tune_s = summ.t_ideal_s * (rec["slots"] or 1)
+        assert 0.8 * once <= tune_s <= 1.2 * every, (tune_s, once, every, _diagnosis(trials, log))
     finally:
         env.cleanup()
