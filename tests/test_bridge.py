@@ -18,7 +18,7 @@ from sweeps.execution import bridge, keeper
 
 
 def _controller_side(channel: bridge.Channel, token: bytes | None = None):  # noqa: ANN202
-    return bridge.bridge_callback(channel.address, token or channel.token)
+    return bridge.bridge_callback(channel.address, token or channel.token, driver_node=None)  # no Ray here
 
 
 def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> None:
@@ -207,12 +207,21 @@ def test_the_latest_checkpoint_tune_deletes_is_kept_and_resume_puts_it_back(tmp_
 
 # ---- the Ray internals the bridge relies on -----------------------------------------------------------------
 
-def test_train_controller_runs_on_the_drivers_node() -> None:
-    """The bridge's Unix socket needs the controller on the trial driver's node (Train V2 pins it there)."""
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+def test_a_controller_on_another_node_than_its_driver_refuses_to_bridge(local_ray: Path) -> None:
+    """The bridge's Unix socket needs the controller on the trial driver's node (Train V2 pins it there; the
+    cluster tests run real controllers through this check on a worker node). Here the callback was built on a
+    node that is not this one: its first report fails, naming both nodes, and no socket is opened."""
+    import ray
 
-    src = inspect.getsource(DataParallelTrainer._initialize_and_run_controller)
-    assert "label_selector" in src and "RAY_NODE_ID_KEY" in src and "get_node_id()" in src
+    channel = bridge.Channel()
+    try:
+        bridge._check_node(ray.get_runtime_context().get_node_id())  # the same node passes
+        elsewhere = bridge.bridge_callback(channel.address, channel.token, driver_node="ab" * 28)
+        with pytest.raises(RuntimeError, match=f"not on its trial driver's node {'ab' * 28}"):
+            elsewhere.after_report(None, [{"val/loss": 1.0}], None)
+        assert elsewhere._sock is None
+    finally:
+        channel.close()
 
 
 def test_seeding_uses_public_train_api() -> None:

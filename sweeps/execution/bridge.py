@@ -125,15 +125,21 @@ class Channel:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def bridge_callback(address: str, token: bytes) -> Any:
-    """The Train ``UserCallback`` that sends each report to the driver's :class:`Channel` and waits."""
+def bridge_callback(address: str, token: bytes, *, driver_node: str | None) -> Any:
+    """The Train ``UserCallback`` that sends each report to the driver's :class:`Channel` and waits.
+
+    It carries the trial driver's node (``driver_node``; None only outside Ray, in unit tests): the controller
+    checks on its first report that it runs there (a Unix socket reaches only its own host, and two Ray nodes
+    may share one host, where a misplaced controller would reach a socket it must not rely on) and fails the run
+    with a clear error if not.
+    """
     from ray.train.v2.api.callback import UserCallback
 
     class Bridge(UserCallback):  # type: ignore[misc]
         """Runs in the Train controller (pickled there; the socket is opened on the first report)."""
 
         def __init__(self) -> None:
-            self.address, self.token = address, token
+            self.address, self.token, self.driver_node = address, token, driver_node
             self.timeout = float(os.environ.get(ACK_TIMEOUT_ENV) or ACK_TIMEOUT_S)
             self._sock: socket.socket | None = None
 
@@ -144,6 +150,8 @@ def bridge_callback(address: str, token: bytes) -> Any:
             if SEED_KEY in metrics[0]:
                 return  # the seeding report: Tune already has this checkpoint
             if self._sock is None:
+                if self.driver_node is not None:
+                    _check_node(self.driver_node)
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 self._sock.connect(self.address)
                 self._sock.sendall(self.token)
@@ -153,6 +161,18 @@ def bridge_callback(address: str, token: bytes) -> Any:
                                    f"(${ACK_TIMEOUT_ENV}); ending the Train run")
 
     return Bridge()
+
+
+def _check_node(driver_node: str) -> None:
+    """In the Train controller: refuse to bridge from another node than the trial driver's."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    if here != driver_node:
+        raise RuntimeError(
+            f"the Train controller runs on node {here}, not on its trial driver's node {driver_node}: the "
+            f"Ray {ray.__version__} installed no longer places the controller with its driver, which the "
+            "Train -> Tune bridge needs (docs/ray.md). Install the Ray version pinned in pyproject.toml.")
 
 
 def copy_checkpoint(src_path: str, src_fs: Any, dest_path: str, dest_fs: Any) -> None:

@@ -113,11 +113,13 @@ def trainer_class(setup: TrialSetup, trial_id: str, run_name: str) -> tuple[type
 
 def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, channel: bridge.Channel) -> Any:
     """One TorchTrainer for one (re)start of the trial, reporting through the bridge's channel."""
+    import ray
     import ray.train
 
     from sweeps.execution.loopback import torch_config
 
     trainer_cls, named = trainer_class(setup, str(config.get("_trial_id")), run_name)
+    driver_node = ray.get_runtime_context().get_node_id()  # this trial's driver: its controller must run here
     # Ray Data: datasets are built here, in the trial's driver; Train shards them across the workers
     # (each worker reads its shard with ray.train.get_dataset_shard(name)).
     datasets = import_dotted(setup.datasets)(config) if setup.datasets else None
@@ -135,7 +137,8 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
         run_config=ray.train.RunConfig(
             name=run_name,
             storage_path=setup.train_dir,
-            callbacks=[bridge.bridge_callback(channel.address, channel.token), *named, *stages.train_callbacks()],
+            callbacks=[bridge.bridge_callback(channel.address, channel.token, driver_node=driver_node), *named,
+                       *stages.train_callbacks()],
             # A finite controller_failure_limit: the default (-1) retries worker start-up forever (docs/ray.md).
             failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
                                                    controller_failure_limit=3),
