@@ -104,9 +104,9 @@ class SweepsEnv:
         return f"sqlite:///{self.home / 'mlflow.db'}"
 
     def run(self, *args: str, timeout: float = 600, check: bool = False,
-            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            extra_env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "sweeps", *args], cwd=self.root, env={**self.env, **(extra_env or {})},
+            [sys.executable, "-m", "sweeps", *args], cwd=cwd or self.root, env={**self.env, **(extra_env or {})},
             capture_output=True, text=True, timeout=timeout,
         )
         if check and proc.returncode != 0:
@@ -165,6 +165,22 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory, _local_ray_home: Path) -
         finally:
             ray.shutdown()
             shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def clean_clone(dest: Path) -> Path:
+    """The checkout's tracked (and new, not ignored) files: what a clean clone holds."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    for rel in listed:
+        src, dst = REPO / rel, dest / rel
+        if not src.exists() and not src.is_symlink():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    return dest
 
 
 def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "condition"):  # noqa: ANN001, ANN201

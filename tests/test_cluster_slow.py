@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import REPO, Cluster, S3Server, WorkerNode, start_s3, wait_until
-from conftest import SweepsEnv, mlflow_client
+from conftest import SweepsEnv, clean_clone, mlflow_client
 
 from sweeps import uris
 from sweeps.tracking import server as mlflow_server
@@ -318,10 +318,13 @@ def train_loop(config):
 def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(parts: Parts, tmp_path: Path) -> None:
     """Code outside this repo that is not a regular package reaches a node that never had it: the loop lives in a
     single-file module, its model builder in a namespace package (no __init__.py) split over two folders. They
-    are on the driver's PYTHONPATH only; a node's workers see the driver's cwd (tmp_path) but not its PYTHONPATH
-    (Ray passes neither the variable nor these folders), so the trial runs only if all three were shipped."""
+    are on the driver's PYTHONPATH only, which Ray passes to no node, so the trial runs only if all three were
+    shipped. The trainable is made the way a user adopts a loop, ``sweeps new trainable NAME --from
+    usermod:train_loop`` in a clean clone, so the files the scaffold wrote (its config, ``trainables/NAME.py``)
+    reach the node too. Shares its sweep: the scaffold's own checks are in tests/test_new_trainable.py."""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
+    project = clean_clone(tmp_path / "project")
     a, b = tmp_path / "user_a", tmp_path / "user_b"
     (a / "usernsp").mkdir(parents=True)
     (b / "usernsp").mkdir(parents=True)
@@ -329,17 +332,20 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
     (a / "usernsp" / "models.py").write_text(
         "def build_model(config):\n    from trainables.digits import build_model\n\n    return build_model(config)\n")
     (b / "usernsp" / "tags.py").write_text("PORTION = 'b'\n")
-    assert not (tmp_path / "usermod.py").exists() and not (tmp_path / "usernsp").exists()
-    user = {"PYTHONPATH": os.pathsep.join(p for p in (str(a), str(b), env.env.get("PYTHONPATH")) if p),
+    assert not (project / "usermod.py").exists() and not (project / "usernsp").exists()
+    user = {"PYTHONPATH": os.pathsep.join(str(p) for p in (project, a, b)),
             # the allowlist is the operator's: an override may not widen it (docs/security.md)
-            "SWEEPS_ALLOWED_TARGETS": "usermod,usernsp"}
-    out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('shipped')}", "scheduler=fifo",
-                        "sweep.num_samples=1", "trainable.params.epochs=2", "trainable.loop=usermod.train_loop",
-                        "trainable.builder=usernsp.models.build_model", extra_env={**parts.driver_env(), **user},
-                        timeout=900), "sweep of a single-file loop")
+            "SWEEPS_ALLOWED_TARGETS": "usermod,usernsp", "SWEEPS_CONF_DIR": str(project / "conf")}
+    check(env.run("new", "trainable", "shipped", "--from", "usermod:train_loop", cwd=project,
+                  extra_env={**parts.driver_env(), **user}, timeout=300), "new trainable --from")
+    out = check(env.run("run", "+experiment=shipped", *TRIAL[1:], *parts.remote(),
+                        f"storage.path={parts.s3.uri('shipped')}", "scheduler=fifo", "sweep.num_samples=1",
+                        "trainable.params.epochs=2", "trainable.builder=usernsp.models.build_model", cwd=project,
+                        extra_env={**parts.driver_env(), **user}, timeout=900), "sweep of a single-file loop")
     rec = record(env)
     assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
     assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
+    assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"
     rows = all_rows(env)
     assert [r["epoch"] for r in rows] == [1, 2], rows
     assert {r["node_id"] for r in rows} == {w.node_id}, "the trial ran on the worker node"

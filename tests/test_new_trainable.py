@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,26 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, REPO, SweepsEnv, mlflow_client
+from conftest import FAST, REPO, SweepsEnv, clean_clone, mlflow_client
 
 from sweeps.errors import BadInput
 from sweeps.ops import scaffold
-
-
-def _clone(dest: Path) -> Path:
-    """The checkout's tracked (and new, not ignored) files: what a clean clone holds."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.splitlines()
-    for rel in listed:
-        src, dst = REPO / rel, dest / rel
-        if not src.exists() and not src.is_symlink():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dst)
-        else:
-            shutil.copy2(src, dst)
-    return dest
 
 
 @pytest.mark.parametrize(("name", "source", "says"), [
@@ -48,7 +31,7 @@ def test_scaffold_refusals_name_the_argument(name: str, source: str | None, says
 
 
 def test_scaffold_from_a_user_function_allows_only_its_module(tmp_path: Path) -> None:
-    root = _clone(tmp_path / "clone")
+    root = clean_clone(tmp_path / "clone")
     plan = scaffold.plan("mine", "mypkg.train:train_func", root=root)
     texts = {p.relative_to(root).as_posix(): t for p, t in plan.files.items()}
     assert "def train" not in texts["trainables/mine.py"], "the user's loop stays in their package"
@@ -64,7 +47,7 @@ LINEAR = "ray.train.examples.pytorch.torch_linear_example"
 
 def test_scaffold_from_rays_linear_example_reads_its_metric_params_and_network(tmp_path: Path) -> None:
     loaded = LINEAR in sys.modules
-    root = _clone(tmp_path / "clone")
+    root = clean_clone(tmp_path / "clone")
     texts = {p.relative_to(root).as_posix(): t for p, t in scaffold.plan("linex", f"{LINEAR}:train_func",
                                                                          root=root).files.items()}
     trainable, experiment = texts["conf/trainable/linex.yaml"], texts["conf/experiment/linex.yaml"]
@@ -151,8 +134,8 @@ def test_contract_check_reads_a_package_with_an_unimportable_sibling_without_imp
 
 
 @pytest.mark.slow
-def test_new_trainable_then_run_it_from_a_clean_clone(tmp_path: Path) -> None:
-    root = _clone(tmp_path / "clone")
+def test_new_trainable_then_run_it_from_a_cleanclean_clone(tmp_path: Path) -> None:
+    root = clean_clone(tmp_path / "clone")
     env = SweepsEnv(tmp_path / "run")
     env.env.pop("SWEEPS_CONF_DIR")
     env.env["PYTHONPATH"] = str(root)  # the clone's packages, as an install of the clone would give
@@ -175,7 +158,7 @@ def test_new_trainable_then_run_it_from_a_clean_clone(tmp_path: Path) -> None:
 def test_new_from_rays_linear_example_writes_a_config_that_passes_its_own_checks(tmp_path: Path) -> None:
     """The first-time path of issue #33: the allowlist the scaffold writes is accepted by the security checks,
     and the contract check of a loop inside Ray's package prints lines instead of a traceback."""
-    root = _clone(tmp_path / "clone")
+    root = clean_clone(tmp_path / "clone")
     env = {**os.environ, "PYTHONPATH": str(root), "SWEEPS_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
     env.pop("SWEEPS_CONF_DIR", None)
     made = subprocess.run([sys.executable, "-m", "sweeps", "new", "trainable", "linex", "--from",
@@ -230,7 +213,7 @@ def linex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Swee
     """A clean clone with ``new trainable linex --from`` Ray's linear example, and the one edit a user makes to
     the stub: held-out data for promotion. The example's ``train_func`` stays as Ray ships it."""
     tmp = tmp_path_factory.mktemp("linex")
-    root = _clone(tmp / "clone")
+    root = clean_clone(tmp / "clone")
     env = SweepsEnv(tmp / "run")
     env.env.pop("SWEEPS_CONF_DIR")
     env.env["PYTHONPATH"] = str(root)
