@@ -280,6 +280,41 @@ def test_loopback_switch_is_set_and_undone(monkeypatch: pytest.MonkeyPatch) -> N
     assert rc.ENABLE_RAY_CLUSTER == before and loopback.SWITCH not in __import__("os").environ
 
 
+def test_on_an_unchecked_ray_the_loopback_levers_take_rays_public_path_and_say_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The node-address switch and the rendezvous backend are Ray internals: on a Ray version they were not
+    checked against neither is touched; a warning, the record's listeners line and Train's own rendezvous say
+    so. (A real sweep on this path: tests/test_warm_slow.py.)"""
+    import ray._private.ray_constants as rc
+    import ray._private.services as services
+
+    from sweeps.execution import loopback, rayversion
+
+    monkeypatch.delenv(loopback.SWITCH, raising=False)
+    assert loopback.internals_missing() is None, "the installed Ray is the checked one"
+    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    before = rc.ENABLE_RAY_CLUSTER
+    with caplog.at_level("WARNING", logger="sweeps.execution.loopback"):
+        loopback.enter_local()
+    try:
+        assert loopback.SWITCH not in __import__("os").environ and rc.ENABLE_RAY_CLUSTER == before
+        assert services.get_node_ip_address() != "127.0.0.1" or not before, "Ray's own node address"
+        assert "not only on loopback: ray 2.61.0 is not a version it was checked against" in caplog.text
+        assert loopback.torch_config() is None, "Train's own rendezvous"
+        assert loopback.listeners("local", {}).startswith("the node's address, not loopback: Ray's public path")
+    finally:
+        loopback.leave_local()
+    assert rc.ENABLE_RAY_CLUSTER == before
+    monkeypatch.delenv(rayversion.TEST_VERSION)
+    loopback.enter_local()  # a loopback node address, as on the checked Ray
+    try:
+        assert loopback.torch_config() is not None, "the checked Ray: the loopback rendezvous"
+        monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+        assert loopback.torch_config() is None, "a loopback node on an unchecked Ray: still Train's own rendezvous"
+    finally:
+        loopback.leave_local()
+
+
 
 def test_gloo_and_nccl_are_pinned_to_loopback_unless_the_user_set_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded Ray's workers get gloo's and NCCL's socket settings on the loopback interface; a user's own

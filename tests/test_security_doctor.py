@@ -69,3 +69,16 @@ def test_doctor_reports_ok_and_failures(capsys: pytest.CaptureFixture[str], swee
     assert cli_main.main(["doctor", "--tracking-uri", "http://127.0.0.1:9"]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] MLflow store" in out and "fix:" in out
+
+
+def test_doctor_says_where_the_embedded_ray_would_listen(capsys: pytest.CaptureFixture[str], sweeps_env,  # noqa: ANN001
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.execution import rayversion
+
+    assert cli_main.main(["doctor"]) == 0
+    assert "[ok  ] embedded Ray listeners  loopback only" in capsys.readouterr().out
+    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    assert cli_main.main(["doctor"]) == 0, "a warning, not a failure: the sweep still runs"
+    out = capsys.readouterr().out
+    assert "[warn] embedded Ray listeners  the node's address, not loopback: Ray's public path" in out
+    assert "install the Ray version pinned in pyproject.toml" in out

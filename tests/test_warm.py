@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.execution import reaper, warm
+from sweeps.execution import rayversion, reaper, warm
 
 
 @pytest.fixture(autouse=True)
 def _fresh_levers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(warm, "_current", None)
     monkeypatch.delenv(warm.SWITCH, raising=False)
-    monkeypatch.delenv(warm.TEST_VERSION, raising=False)
+    monkeypatch.delenv(rayversion.TEST_VERSION, raising=False)
 
 
 def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
     import ray
 
-    assert ray.__version__.startswith(warm.CHECKED), "the installed Ray is the one the levers were read against"
+    assert ray.__version__.startswith(rayversion.CHECKED), "the installed Ray is the one the levers were read against"
     levers = warm.levers(local=True)
     assert (levers.lean, levers.pool, levers.reuse) == (True, True, False), levers.why_off
     assert levers.describe().startswith("warm start: lean, pool; reuse off (opt-in")
@@ -38,7 +38,7 @@ def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
 @pytest.mark.parametrize("version", ["2.59.1", "2.61.0", "3.0.0"])
 def test_another_ray_version_falls_back_to_the_public_path_and_says_why(
         version: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(warm.TEST_VERSION, version)
+    monkeypatch.setenv(rayversion.TEST_VERSION, version)
     levers = warm.levers(local=True)
     assert not levers.lean and not levers.pool and not levers.reuse
     assert f"ray {version} is not a version it was checked against" in levers.why_off["lean"]
@@ -59,7 +59,7 @@ def test_a_trial_setup_follows_the_levers(monkeypatch: pytest.MonkeyPatch) -> No
     spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
     assert tuner.trial_setup(spec, "s1").lean and not tuner.reuse_actors(spec)
     monkeypatch.setattr(warm, "_current", None)
-    monkeypatch.setenv(warm.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
     assert not tuner.trial_setup(spec, "s1").lean
     monkeypatch.setenv("SWEEPS_REUSE_ACTORS", "1")
     assert tuner.reuse_actors(spec), "an explicit SWEEPS_REUSE_ACTORS wins"

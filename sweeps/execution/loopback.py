@@ -13,11 +13,17 @@ on this machine. ``GLOO_SOCKET_IFNAME=lo`` keeps gloo's own sockets on loopback 
 ``NCCL_SOCKET_IFNAME==lo`` (exactly ``lo``) with ``NCCL_SOCKET_FAMILY=AF_INET`` NCCL's bootstrap and network
 sockets (GPU trials). A user's own value of any of them is kept, and then the promise rests on it:
 :func:`listeners` says so, for the parent run's tag and the report.
+
+The node address switch and the rendezvous backend use Ray internals (``ray._private.ray_constants``, Train's
+``_TorchBackend``): on a Ray version they were not checked against (:mod:`sweeps.execution.rayversion`) neither
+is used, Ray's public path runs (its listeners on the node's address, Train's own rendezvous), a warning says
+so and :func:`listeners` tells the record and the report.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -28,6 +34,24 @@ GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 NCCL_IFNAME = "NCCL_SOCKET_IFNAME"
 NCCL_FAMILY = "NCCL_SOCKET_FAMILY"
 _saved: list[tuple[str | None, Any]] = []
+log = logging.getLogger(__name__)
+
+
+def internals_missing() -> str | None:
+    """Why the loopback levers cannot use Ray's internals here (an unchecked Ray version, a moved name), or None."""
+    from sweeps.execution import rayversion
+
+    if reason := rayversion.unchecked():
+        return reason
+    try:
+        import ray._private.ray_constants as rc
+        from ray.train._internal.worker_group import WorkerGroup  # noqa: F401
+        from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend  # noqa: F401
+    except ImportError as exc:
+        return f"a Ray internal moved: {exc}"
+    if not hasattr(rc, "ENABLE_RAY_CLUSTER") or not hasattr(_TorchBackend, "on_start"):
+        return "Ray's node-address switch or Train's torch backend moved"
+    return None
 
 
 def loopback_interface() -> str | None:
@@ -66,6 +90,8 @@ def listeners(mode: str, environ: Mapping[str, str] | None = None) -> str:
     the report. On the embedded Ray: loopback only, or on what the user's own settings say."""
     if mode != "local":
         return "the cluster's addresses (cluster=remote: no loopback promise)"
+    if reason := internals_missing():
+        return f"the node's address, not loopback: Ray's public path ({reason})"
     if loopback_interface() is None:
         return "loopback for Ray and the rendezvous; gloo and NCCL not pinned (no loopback interface found)"
     own = user_settings(environ)
@@ -77,7 +103,11 @@ def listeners(mode: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def enter_local() -> None:
-    """Before the embedded ``ray.init``: node IP 127.0.0.1 for this process and every process it starts."""
+    """Before the embedded ``ray.init``: node IP 127.0.0.1 for this process and every process it starts (on a
+    checked Ray; on another one, a warning and Ray's own address)."""
+    if reason := internals_missing():
+        log.warning("the embedded Ray listens on this node's address, not only on loopback: %s", reason)
+        return
     import ray._private.ray_constants as rc
 
     _saved.append((os.environ.get(SWITCH), rc.ENABLE_RAY_CLUSTER))
@@ -132,10 +162,13 @@ def _init_group(backend: str, world_rank: int, world_size: int, port: int, timeo
 
 
 def torch_config() -> Any:
-    """A ``TorchConfig`` whose rendezvous listens on 127.0.0.1 when this node is loopback-only, else None.
+    """A ``TorchConfig`` whose rendezvous listens on 127.0.0.1 when this node is loopback-only, else None
+    (Train's own rendezvous; also on a Ray whose internals were not checked).
 
     Called in the trial's driver (on the node where its workers run when the node IP is loopback).
     """
+    if internals_missing():
+        return None
     import ray
     from ray.train._internal.worker_group import WorkerGroup as V1WorkerGroup
     from ray.train.torch.config import TorchConfig, _set_torch_distributed_env_vars, _TorchBackend

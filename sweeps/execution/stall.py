@@ -125,9 +125,9 @@ def _cluster_story(watch: Watch, status: dict[str, str]) -> list[str]:
 def _free_per_node() -> dict[str, dict[str, float]] | None:
     """Available resources per node: a GCS table behind a Ray developer API in ``ray._private`` (checked Ray
     versions only; else None, and the story says '?')."""
-    from sweeps.execution import warm
+    from sweeps.execution import rayversion
 
-    if not warm.ray_version().startswith(warm.CHECKED):
+    if rayversion.unchecked():
         return None
     from ray._private import state
 
@@ -135,9 +135,9 @@ def _free_per_node() -> dict[str, dict[str, float]] | None:
 
 
 def _other_jobs_actors() -> int:
-    from sweeps.execution import warm
+    from sweeps.execution import rayversion
 
-    if not warm.ray_version().startswith(warm.CHECKED):
+    if rayversion.unchecked():
         return 0
     import ray
     from ray._private import state

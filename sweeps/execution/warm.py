@@ -22,11 +22,11 @@ import logging
 import os
 from dataclasses import dataclass
 
+from sweeps.execution import rayversion
+
 log = logging.getLogger(__name__)
 
 SWITCH = "SWEEPS_WARM"
-CHECKED = ("2.60.",)  # Ray versions whose internals the lean trainer and the pool were read against
-TEST_VERSION = "SWEEPS_TEST_RAY_VERSION"  # tests: pretend another Ray version (the fallback path)
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,6 @@ class Levers:
 
 def switched_off() -> bool:
     return os.environ.get(SWITCH, "1") == "0"
-
-
-def ray_version() -> str:
-    import ray
-
-    return os.environ.get(TEST_VERSION) or ray.__version__
 
 
 def _internals_missing() -> str | None:
@@ -90,9 +84,8 @@ def levers(local: bool) -> Levers:
         why = f"{SWITCH}=0"
         return Levers(False, False, False, {"lean": why, "pool": why, "reuse": why})
     why_off: dict[str, str] = {}
-    version = ray_version()
-    if not version.startswith(CHECKED):
-        why_off["lean"] = why_off["pool"] = f"ray {version} is not a version it was checked against (2.60)"
+    if reason := rayversion.unchecked():
+        why_off["lean"] = why_off["pool"] = reason
     else:
         if reason := _internals_missing():
             why_off["lean"] = reason

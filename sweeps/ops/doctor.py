@@ -117,6 +117,16 @@ def check_warm_start() -> Check:
                  required=False)
 
 
+def check_loopback() -> Check:
+    """Where the embedded Ray and its rendezvous would listen here (docs/security.md, "Loopback only, by default")."""
+    from sweeps.execution import loopback
+
+    note = loopback.listeners("local")
+    return Check("embedded Ray listeners", loopback.internals_missing() is None, note,
+                 "install the Ray version pinned in pyproject.toml (2.60) for loopback-only listeners",
+                 required=False)
+
+
 def check_state_api(address: str) -> Check:
     """A remote cluster's State API (the dashboard): Train's own cleaner needs it; the sweep does not."""
     from sweeps.execution import remote, warm
@@ -144,6 +154,7 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None,
         check_auth,
         check_token_file,
         check_warm_start,
+        check_loopback,
         *([lambda: check_state_api(address)] if address else []),
     ]
     return [c() for c in checks]

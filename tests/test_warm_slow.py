@@ -1,0 +1,43 @@
+"""A sweep on a Ray version whose internals sweeps was not checked against: Ray's public path, end to end.
+
+``SWEEPS_TEST_RAY_VERSION`` makes the installed Ray look unchecked, so every private-surface lever stands down
+(the warm start's lean trainer and pool, the loopback node address and rendezvous) and the sweep must still
+run, with two workers per trial meeting over Train's own rendezvous, and say which path it took. Why its own
+sweep: the whole driver process, Ray included, must start on the public path. Slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FAST, SweepsEnv
+
+from sweeps.execution import rayversion
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_unchecked_ray_runs_the_sweep_on_rays_public_path_and_says_so(tmp_path: Path) -> None:
+    env = SweepsEnv(tmp_path)
+    try:
+        out = env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
+                      "trainable.num_workers=2", "report.enabled=false", *FAST,
+                      extra_env={rayversion.TEST_VERSION: "2.61.0"}, timeout=600)
+        said = out.stdout + out.stderr
+        assert out.returncode == 0, said[-4000:]
+        (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
+        rec = json.loads(path.read_text())
+        assert rec["counts"]["completed"] == 2, rec["counts"]
+        assert rec["listeners"].startswith("the node's address, not loopback: Ray's public path"), rec["listeners"]
+        assert "warm start: none" in said and "ray 2.61.0 is not a version it was checked against" in said
+        assert "not only on loopback" in said
+        rows = [json.loads(x) for d in Path(rec["experiment_dirs"][0]).iterdir() if (d / "result.json").is_file()
+                for x in (d / "result.json").read_text().splitlines() if x.strip()]
+        firsts = [r for r in rows if "sys/workers" in r]
+        assert len(firsts) == 2 and all(r["sys/backend"] == "gloo" for r in firsts), firsts
+        for r in firsts:  # two workers met over Train's own rendezvous, at Ray's node address
+            assert len(json.loads(r["sys/workers"])) == 2 and r["sys/rendezvous"].split(":")[0] == r["node_ip"], r
+    finally:
+        env.cleanup()
