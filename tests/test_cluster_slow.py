@@ -321,7 +321,10 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
     are on the driver's PYTHONPATH only, which Ray passes to no node, so the trial runs only if all three were
     shipped. The trainable is made the way a user adopts a loop, ``sweeps new trainable NAME --from
     usermod:train_loop`` in a clean clone, so the files the scaffold wrote (its config, ``trainables/NAME.py``)
-    reach the node too. Shares its sweep: the scaffold's own checks are in tests/test_new_trainable.py."""
+    reach the node too. The driver runs as on a Ray version sweeps' private levers were not checked against
+    (``SWEEPS_TEST_RAY_VERSION``): Ray's public path on a cluster (Train's own trainer; the token mode exported
+    as ``RAY_AUTH_MODE=token``, as the driver then asks, since it no longer refreshes Ray's config itself). Shares its sweep: the scaffold's own checks are in
+    tests/test_new_trainable.py, the public path's on one machine in tests/test_warm_slow.py."""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
     project = clean_clone(tmp_path / "project")
@@ -335,7 +338,8 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
     assert not (project / "usermod.py").exists() and not (project / "usernsp").exists()
     user = {"PYTHONPATH": os.pathsep.join(str(p) for p in (project, a, b)),
             # the allowlist is the operator's: an override may not widen it (docs/security.md)
-            "SWEEPS_ALLOWED_TARGETS": "usermod,usernsp", "SWEEPS_CONF_DIR": str(project / "conf")}
+            "SWEEPS_ALLOWED_TARGETS": "usermod,usernsp", "SWEEPS_CONF_DIR": str(project / "conf"),
+            "SWEEPS_TEST_RAY_VERSION": "2.61.0", "RAY_AUTH_MODE": "token"}
     check(env.run("new", "trainable", "shipped", "--from", "usermod:train_loop", cwd=project,
                   extra_env={**parts.driver_env(), **user}, timeout=300), "new trainable --from")
     out = check(env.run("run", "+experiment=shipped", *TRIAL[1:], *parts.remote(),
@@ -344,6 +348,7 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
                         extra_env={**parts.driver_env(), **user}, timeout=900), "sweep of a single-file loop")
     rec = record(env)
     assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
+    assert "lean off (ray 2.61.0 is not a version it was checked against" in out, "the public path"
     assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
     assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"
     rows = all_rows(env)

@@ -253,6 +253,23 @@ def test_driver_gets_token_mode_only_with_a_token(tmp_path: Path) -> None:
     assert driver_auth_env({"RAY_AUTH_MODE": "disabled"}, str(tmp_path)) == {}, "an explicit mode is respected"
 
 
+def test_token_mode_is_turned_on_in_process_only_on_a_checked_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray reads RAY_AUTH_MODE when imported: turning it on later needs a Ray internal (its config refresh). On a
+    checked Ray the driver does that (every cluster test's driver: none exports the mode); on another one it
+    stops before connecting and says what to export."""
+    from sweeps.errors import BadInput
+    from sweeps.execution import raystart, rayversion
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "t")
+    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    with pytest.raises(BadInput, match="RAY_AUTH_TOKEN.*export RAY_AUTH_MODE=token and run again"):
+        raystart._enable_driver_auth()
+    assert "RAY_AUTH_MODE" not in __import__("os").environ
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what the user exports: nothing left to do
+    raystart._enable_driver_auth()
+
+
 def test_connection_error_names_the_variables() -> None:
     from sweeps.execution.raystart import TOKEN_HELP
 

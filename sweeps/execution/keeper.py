@@ -109,8 +109,11 @@ def _pin(trial: Any) -> None:
 
 def _surely_kept(trial: Any, path: str, num_to_keep: int) -> bool:
     """Tune keeps ``path`` when one more checkpoint is registered: it is among its best ``num_to_keep - 1``."""
-    manager = trial.run_metadata.checkpoint_manager
-    best = manager.best_checkpoint_results[-(num_to_keep - 1):] if num_to_keep > 1 else []
+    manager = getattr(getattr(trial, "run_metadata", None), "checkpoint_manager", None)
+    ranked = getattr(manager, "best_checkpoint_results", None)
+    if ranked is None:  # Tune's trial bookkeeping moved: not sure, so copy
+        return False
+    best = ranked[-(num_to_keep - 1):] if num_to_keep > 1 else []
     return path in {r.checkpoint.path for r in best if r.checkpoint is not None}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import loopback, pool, shipping, warm
+from sweeps.execution import loopback, pool, rayversion, shipping, warm
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,11 @@ def _enable_driver_auth() -> None:
     extra = driver_auth_env(os.environ, os.path.expanduser("~"))
     if not extra:
         return
+    if reason := rayversion.unchecked():
+        source = token_source(os.environ, os.path.expanduser("~"))
+        raise BadInput(f"cluster.address: this driver has a Ray token ({source}) but RAY_AUTH_MODE is not set; "
+                       f"Ray reads it when imported, and on {reason} sweeps does not refresh Ray's config (a "
+                       "Ray internal): export RAY_AUTH_MODE=token and run again")
     os.environ.update(extra)
     try:  # Ray caches its config at import; re-read it, as Ray's own enable_token_auth does
         from ray._raylet import Config  # type: ignore[attr-defined]
