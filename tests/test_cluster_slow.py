@@ -323,8 +323,9 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
     usermod:train_loop`` in a clean clone, so the files the scaffold wrote (its config, ``trainables/NAME.py``)
     reach the node too. The driver runs as on a Ray version sweeps' private levers were not checked against
     (``SWEEPS_TEST_RAY_VERSION``): Ray's public path on a cluster (Train's own trainer; the token mode exported
-    as ``RAY_AUTH_MODE=token``, as the driver then asks, since it no longer refreshes Ray's config itself). Shares its sweep: the scaffold's own checks are in
-    tests/test_new_trainable.py, the public path's on one machine in tests/test_warm_slow.py."""
+    as ``RAY_AUTH_MODE=token``, as the driver then asks, since it no longer refreshes Ray's config itself).
+    Shares its sweep: the scaffold's own checks are in tests/test_new_trainable.py, the public path's on one
+    machine in tests/test_warm_slow.py."""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
     project = clean_clone(tmp_path / "project")

@@ -136,3 +136,19 @@ def test_ray_keeps_a_dead_controllers_placement_group_and_the_reaper_frees_only_
 def test_without_the_reaper_the_stopped_trials_group_holds_its_cpu(tmp_path: Path) -> None:
     out = _reap(tmp_path, "keep")
     assert out["after"][reaper.pg_name("s1", "t1", "t1-aaa")] == "CREATED" and out["free_cpus"] == 0.0
+
+
+def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
+        local_ray: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's explanation on a real (in-process) Ray: free resources per node come from a GCS table
+    behind ``ray._private``, so on an unchecked Ray they read '?' while the public parts (nodes, placement
+    groups) stay."""
+    from sweeps.execution import stall
+
+    watch = stall.Watch("sw", {"CPU": 2.0}, None)
+    checked = stall.explain(watch, [])
+    assert "free: node " in checked and ": CPU=2 of CPU=2" in checked, checked
+    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    public = stall.explain(watch, [])
+    assert "free: node " in public and ": ? of CPU=2" in public, public
+    assert stall._other_jobs_actors() == 0
