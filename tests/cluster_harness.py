@@ -35,11 +35,9 @@ DUMMY_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 
 
 def free_port() -> int:
-    import socket
+    from sweeps.ports import free_port as free
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free()
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.5):  # noqa: ANN001, ANN201

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -102,9 +101,9 @@ class FreshVenv:
     @contextmanager
     def serve(self, model_uri: str, tracking_uri: str, log: Path, timeout: float = 420) -> Iterator[str]:
         """``mlflow models serve --env-manager local`` on 127.0.0.1; yields its base URL; stops its process group."""
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        from sweeps.ports import free_port
+
+        port = free_port()  # never one of Ray's default ports (a Ray of another test may start meanwhile)
         with log.open("w") as f:
             proc = subprocess.Popen([str(self.root / "bin" / "mlflow"), "models", "serve", "-m", model_uri,
                                      "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],

@@ -299,3 +299,14 @@ def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.Mo
     assert os.environ["RAY_API_SERVER_ADDRESS"] == f"http://127.0.0.1:{settings['dashboard_port']}"
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "http://10.0.0.1:8265")  # the user's own wins
     assert raystart.state_api_settings() == {}
+
+
+def test_the_dashboard_port_is_never_one_of_rays_own_defaults() -> None:
+    """A port drawn from the ephemeral range once was 52365, the dashboard agent's default, and ray.init refused
+    the sweep (seen in CI); the draw is repeated until it is none of Ray's fixed ports."""
+    from sweeps import ports
+    from sweeps.tracking import server
+
+    drawn = iter([52365, 6379, 8265, 10001, 41234])
+    assert ports.free_port(draw=lambda: next(drawn)) == 41234
+    assert ports.free_port() not in ports.RAY_DEFAULT_PORTS and server.free_port() not in ports.RAY_DEFAULT_PORTS

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from sweeps import ports
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution import loopback, pool, rayversion, shipping, warm
@@ -161,14 +162,10 @@ def state_api_settings() -> dict[str, Any]:
     paused or stopped keeps its placement group: later trials wait for CPUs until their start-up times
     out. Every Ray process inherits this variable, so the lookup names this cluster's dashboard.
     """
-    import socket
-
     global _api_address
     if os.environ.get("RAY_API_SERVER_ADDRESS") and os.environ["RAY_API_SERVER_ADDRESS"] != _api_address:
         return {}  # the user's own
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = ports.free_port()  # never Ray's own default ports (the agent's 52365)
     _api_address = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
     return {"dashboard_port": port}
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from sweeps import ports
 from sweeps.errors import BadInput, SweepsError
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,8 @@ def is_loopback(host: str) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port that nothing listens on right now (the OS picks it), never one of Ray's default ports."""
+    return ports.free_port(host)
 
 
 def port_free(host: str, port: int) -> bool:
