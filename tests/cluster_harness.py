@@ -315,7 +315,10 @@ class Cluster:
         def ready() -> str | None:
             if not node.alive():
                 raise AssertionError(f"ray node exited: {node.log_path.read_text()[-3000:]}")
-            return self._node_ids().get(str(node.temp_dir))
+            try:
+                return self._node_ids().get(str(node.temp_dir))
+            except (AssertionError, subprocess.TimeoutExpired):  # the GCS not answering yet (a loaded machine):
+                return None  # ask again; a node that gave up ("timed out during startup") is seen above and retried
 
         return str(wait_until(ready, timeout, f"the node in {node.temp_dir} to join"))
 
