@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST, SweepsEnv
 
+from sweeps import uris
 from sweeps.execution import rayversion
 
 pytestmark = pytest.mark.slow
@@ -33,8 +34,9 @@ def test_an_unchecked_ray_runs_the_sweep_on_rays_public_path_and_says_so(tmp_pat
         assert rec["listeners"].startswith("the node's address, not loopback: Ray's public path"), rec["listeners"]
         assert "warm start: none" in said and "ray 2.61.0 is not a version it was checked against" in said
         assert "not only on loopback" in said
-        rows = [json.loads(x) for d in Path(rec["experiment_dirs"][0]).iterdir() if (d / "result.json").is_file()
-                for x in (d / "result.json").read_text().splitlines() if x.strip()]
+        exp = rec["experiment_dirs"][0]  # a storage URI: read through sweeps.uris, as the reports do
+        files = [uris.join(exp, n, "result.json") for n in uris.listdir(exp)]
+        rows = [json.loads(x) for f in files if uris.is_file(f) for x in uris.read_text(f).splitlines() if x.strip()]
         firsts = [r for r in rows if "sys/workers" in r]
         assert len(firsts) == 2 and all(r["sys/backend"] == "gloo" for r in firsts), firsts
         for r in firsts:  # two workers met over Train's own rendezvous, at Ray's node address
