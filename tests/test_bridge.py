@@ -163,6 +163,19 @@ def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None
     assert not list(Path(ended.path).glob(f"{keeper.PIN_PREFIX}*"))
 
 
+def test_a_train_folder_written_after_the_experiment_end_goes_once_ray_has_stopped(tmp_path: Path) -> None:
+    """A Train worker killed with its trial can still write after the experiment-end clean-up (CI saw one)."""
+    from sweeps.ops.launch import stop_ray
+
+    train_dir = tmp_path / "sweep-train"
+    (train_dir / "t1-abc123").mkdir(parents=True)
+    keeper._sweep([], str(train_dir))
+    assert not train_dir.exists()
+    (train_dir / "t1-abc123" / "checkpoint_000003").mkdir(parents=True)  # the dying worker's last write
+    stop_ray()  # no Ray here: what a sweep's launch does as it ends
+    assert not train_dir.exists()
+
+
 def _register(tmp_path: Path, trial: SimpleNamespace, index: int, acc: float, num_to_keep: int) -> None:
     """What Tune does with a trial's new checkpoint: our callback first, then Tune's own manager registers it."""
     from ray.train._internal.session import _TrainingResult

@@ -80,7 +80,8 @@ def test_ray_docs_loop_continues_from_the_pbt_donor(tmp_path: Path) -> None:
         # the donor's weights: the recipient's loss jumps to the donor's level, away from its own
         assert abs(after["val_loss"] - at_clone["val_loss"]) < 0.5 * abs(before["val_loss"] - at_clone["val_loss"]), \
             (before["val_loss"], after["val_loss"], at_clone["val_loss"])
-        assert not list(exp.parent.glob("*-train/*")), "Train run folders left behind"
+        assert not list(exp.parent.glob("*-train/*")), ("Train run folders left behind",
+                                                         [str(p) for p in exp.parent.glob("*-train/**/*")])
         assert not list(exp.glob("*/sweeps-donor-*")), "PBT pins left behind"
     finally:
         env.cleanup()

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,21 @@ def _deleted_latest(env: SweepsEnv) -> list[str]:
     return [t.checkpoint.path for t in trials if t.checkpoint is not None and not os.path.isdir(t.checkpoint.path)]
 
 
+def _frozen_when(proc: subprocess.Popen, ready: Callable[[], object]) -> bool:
+    """True, with the driver's session stopped (SIGSTOP), once ``ready()`` holds while nothing can change it.
+
+    Seen from outside, the state Tune saved can change between a check and a kill; frozen, it cannot: the check
+    is repeated on the stopped session, which is killed as it stands, or let go on to try again.
+    """
+    if not ready():
+        return False
+    os.killpg(proc.pid, signal.SIGSTOP)
+    if ready():
+        return True
+    os.killpg(proc.pid, signal.SIGCONT)
+    return False
+
+
 def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
@@ -111,8 +127,8 @@ def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
         proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
                          "sweep.num_samples=3", "trainable.params.epochs=6", "sweep.mode=min",
                          extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
-        wait_for(lambda: _progress(env, 2) and _deleted_latest(env), 480, interval=0.2,
-                 what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
+        wait_for(lambda: _frozen_when(proc, lambda: _progress(env, 2) and _deleted_latest(env)), 480,
+                 interval=0.2, what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
         proc.wait(timeout=30)
         env.kill_ray()

@@ -214,6 +214,12 @@ def build_datasets(config: dict[str, Any]) -> dict[str, Any]:
     quiet = ray.data.DataContext.get_current()  # the datasets below copy this context
     quiet.enable_progress_bars = False
     quiet.print_on_execution_start = False
+    # Ray Data's newer Parquet reader (DataContext.use_datasource_v2, on by default in recent Ray) starts a pool
+    # of footer-reading actors (32 by default) for every execution, so every epoch of every trial: dozens of
+    # new processes per epoch for one small file, minutes on a small machine while trials share it. The
+    # classic reader runs plain read tasks.
+    if getattr(quiet, "use_datasource_v2", False):
+        quiet.use_datasource_v2 = False
     settings = data_settings(config)
     path = ensure_data(settings)
     features = feature_columns(settings)

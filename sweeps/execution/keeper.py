@@ -8,7 +8,8 @@ checkpoint is copied into the recipient's folder as ``sweeps-donor-<hash>`` (har
 server-side copies on one object store), and the recipient seeds its Train run from the pin. A trial keeps
 at most one pin: the one for the checkpoint Tune would hand it now. At the end of the experiment every
 other pin and the whole ``<sweep>-train`` folder (Train's per-start run folders, including those of starts
-that were killed) are deleted. docs/ray.md, "The Train -> Tune bridge".
+that were killed) are deleted, and deleted again once Ray has stopped (:func:`after_ray_stopped`).
+docs/ray.md, "The Train -> Tune bridge".
 
 A trial's latest checkpoint is kept alive past Tune's retention, for ``resume``. Tune deletes a checkpoint
 that falls out of the best ``num_to_keep`` the moment a better-placed one is registered, but writes the
@@ -148,11 +149,40 @@ def restore_kept(experiment_dir: str) -> int:
     return restored
 
 
-def _sweep(trials: list[Any], train_dir: str) -> None:
+_swept: set[str] = set()  # Train folders deleted at an experiment's end, deleted again once Ray has stopped
+
+
+def _delete_train_dir(train_dir: str) -> bool:
     try:
         uris.delete_dir(train_dir)
     except Exception as exc:  # noqa: BLE001 - best effort: a Train run still being torn down
-        log.warning("could not delete the Train run folders %s (%s)", train_dir, exc)
+        log.debug("could not delete the Train run folders %s yet (%s)", train_dir, exc)
+        return False
+    return True
+
+
+def after_ray_stopped() -> None:
+    """Delete what a Train process killed at the experiment's end wrote after the sweep's clean-up.
+
+    Tune kills the trial actors just before ``on_experiment_end``; their Train controllers and workers die
+    after them, asynchronously, and one of them can still be writing (a checkpoint, Train's state file) into
+    the folder the clean-up just deleted. Once Ray has stopped (or this driver has left the cluster, which
+    ends the job's actors), nothing writes there any more.
+    """
+    while _swept:
+        train_dir = _swept.pop()
+        try:
+            left = uris.exists(train_dir)
+        except Exception as exc:  # noqa: BLE001 - the storage went away: nothing more to do here
+            log.debug("could not check %s (%s)", train_dir, exc)
+            continue
+        if left and not _delete_train_dir(train_dir):
+            log.warning("could not delete the Train run folders %s: delete it by hand", train_dir)
+
+
+def _sweep(trials: list[Any], train_dir: str) -> None:
+    _delete_train_dir(train_dir)
+    _swept.add(train_dir)
     for t in trials:
         ckpt = t.checkpoint
         if not t.path:

@@ -203,10 +203,19 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         # end its run at its next report, so a reused trial actor is left with no Train run behind.
         channel.close()
         thread.join(timeout=None if "error" in outcome or not thread.is_alive() else 5.0)
-        if not thread.is_alive():
-            _delete_train_run(uris.join(setup.train_dir, run_name))
+        location = uris.join(setup.train_dir, run_name)
+        if thread.is_alive():  # a reused trial actor lives on: its run's folder goes once the run has ended
+            threading.Thread(target=_delete_when_ended, args=(thread, location), name=f"drop-{run_name}",
+                             daemon=True).start()
+        else:
+            _delete_train_run(location)
     if "error" in outcome:
         raise outcome["error"]
+
+
+def _delete_when_ended(thread: threading.Thread, location: str) -> None:
+    thread.join()
+    _delete_train_run(location)
 
 
 def _delete_train_run(location: str) -> None:

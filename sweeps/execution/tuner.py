@@ -34,9 +34,10 @@ def run_callbacks(spec: SweepSpec, sweep_id: str, plan: Plan | None = None) -> l
     from sweeps.execution.tune_logs import result_loggers
 
     levers = warm.current(spec.cluster.mode == "local")
-    out = [*result_loggers(), *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
-    if levers.lean:
-        out.append(reaper.reaper_callback(sweep_id))
+    # The reaper first: at the experiment's end its groups' removal stops the Train workers that the keeper's
+    # clean-up would otherwise race.
+    out = [*result_loggers(), *([reaper.reaper_callback(sweep_id)] if levers.lean else []),
+           *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
     if levers.pool and plan is not None and spec.cluster.mode == "local":
         out.append(pool.pool_callback(processes_per_trial(spec, levers), plan.concurrent_trials, plan.total_trials))
     return out

@@ -11,7 +11,7 @@ from typing import Any
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import plan, raystart, remote, storage
+from sweeps.execution import keeper, plan, raystart, remote, storage
 from sweeps.ops.signals import shielded
 from sweeps.tracking import client as mc
 
@@ -66,6 +66,7 @@ def stop_ray() -> None:
     Ray's core worker then ends the process with status 1 instead of the 130 of an interrupted sweep."""
     with shielded("stopping Ray"):
         raystart.stop()
+    keeper.after_ray_stopped()
 
 
 def _open_store(uri: str) -> Any:
