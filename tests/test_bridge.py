@@ -314,6 +314,19 @@ def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.Mo
     assert raystart.state_api_settings() == {}
 
 
+def test_the_embedded_ray_starts_its_dashboard_only_on_rays_public_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the lean trainer nothing asks the State API (no Train cleaner; the reaper reads the GCS): no
+    dashboard, a dozen processes fewer per sweep. On Ray's public path Train's cleaner needs it, named."""
+    from sweeps.execution import raystart, warm
+
+    monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
+    assert raystart.dashboard_settings(warm.Levers(True, True, False, {})) == {"include_dashboard": False}
+    assert "RAY_API_SERVER_ADDRESS" not in os.environ
+    public = raystart.dashboard_settings(warm.Levers(False, False, False, {"lean": "unchecked Ray"}))
+    assert set(public) == {"dashboard_port"}
+    assert os.environ["RAY_API_SERVER_ADDRESS"].endswith(f":{public['dashboard_port']}")
+
+
 def test_the_dashboard_port_is_never_one_of_rays_own_defaults() -> None:
     """A port drawn from the ephemeral range once was 52365, the dashboard agent's default, and ray.init refused
     the sweep (seen in CI); the draw is repeated until it is none of Ray's fixed ports."""

@@ -215,7 +215,7 @@ def test_default_data_path_is_under_sweeps_home(tmp_path: Path, monkeypatch: pyt
 @pytest.mark.parametrize(("data", "key"), [
     ({"format": "json"}, "data.format"), ({"val_fraction": 0}, "data.val_fraction"),
     ({"val_fraction": 1.0}, "data.val_fraction"), ({"num_classes": 1}, "data.num_classes"),
-    ({"example": "iris"}, "data.example"), ({"pth": "x"}, "unknown key"),
+    ({"example": "iris"}, "data.example"), ({"pth": "x"}, "unknown key"), ({"reader": "v2"}, "data.reader"),
 ])
 def test_data_settings_refuse_bad_values(data: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):

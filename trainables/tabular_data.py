@@ -11,6 +11,7 @@ Data is declared in config (``trainable.params.data``)::
       val_fraction: 0.2
       num_classes: 3
       example: wine         # a missing *local* file is generated from this bundled scikit-learn dataset
+      reader: classic       # classic | ray_default: Ray Data's Parquet reader (see build_datasets)
 
 The trial's driver calls :func:`build_datasets` (``trainable.datasets``); Ray Train splits the train dataset
 across the workers (``streaming_split(equal=True)``: equal shards, so up to ``world - 1`` rows may sit out an
@@ -44,6 +45,7 @@ from trainables import common
 METRICS = ("train/loss", "val/loss", "val/acc", "epoch", "opt/lr")
 FORMATS = ("parquet", "csv")
 EXAMPLES = ("wine", "breast_cancer")
+READERS = ("classic", "ray_default")
 DATA_DEFAULTS: dict[str, Any] = {
     "path": None,
     "format": "parquet",
@@ -52,6 +54,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "val_fraction": 0.2,
     "num_classes": 3,
     "example": "wine",
+    "reader": "classic",
 }
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: a multiplicative hash that spreads consecutive ids
 
@@ -67,6 +70,7 @@ class DataSettings:
     val_fraction: float
     num_classes: int
     example: str | None
+    reader: str = "classic"
 
     @property
     def is_local(self) -> bool:
@@ -99,9 +103,12 @@ def data_settings(config: dict[str, Any]) -> DataSettings:
     example = raw["example"] or None
     if example is not None and example not in EXAMPLES:
         raise ValueError(f"data.example: {example!r} is not bundled; use one of {', '.join(EXAMPLES)} or null")
+    reader = str(raw["reader"])
+    if reader not in READERS:
+        raise ValueError(f"data.reader: {reader!r} is not a reader; use one of {', '.join(READERS)}")
     path = str(raw["path"]) if raw["path"] else default_data_path(example or "wine", fmt)
     return DataSettings(path=path, format=fmt, label=str(raw["label"]), id_column=str(raw["id_column"]),
-                        val_fraction=frac, num_classes=classes, example=example)
+                        val_fraction=frac, num_classes=classes, example=example, reader=reader)
 
 
 # -- the example dataset ------------------------------------------------------------------------------------
@@ -214,13 +221,14 @@ def build_datasets(config: dict[str, Any]) -> dict[str, Any]:
     quiet = ray.data.DataContext.get_current()  # the datasets below copy this context
     quiet.enable_progress_bars = False
     quiet.print_on_execution_start = False
+    settings = data_settings(config)
     # Ray Data's newer Parquet reader (DataContext.use_datasource_v2, on by default in recent Ray) starts a pool
     # of footer-reading actors (32 by default) for every execution, so every epoch of every trial: dozens of
-    # new processes per epoch for one small file, minutes on a small machine while trials share it. The
-    # classic reader runs plain read tasks.
-    if getattr(quiet, "use_datasource_v2", False):
+    # new processes per epoch for one small file, minutes on a small machine while trials share it
+    # (benchmarks/ray_data_reader.py). ``reader: classic`` (the default here) runs plain read tasks;
+    # ``ray_default`` leaves Ray's choice (many large files on a cluster).
+    if settings.reader == "classic" and getattr(quiet, "use_datasource_v2", False):
         quiet.use_datasource_v2 = False
-    settings = data_settings(config)
     path = ensure_data(settings)
     features = feature_columns(settings)
     read = ray.data.read_parquet if settings.format == "parquet" else ray.data.read_csv

@@ -109,7 +109,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
             logging_level=logging.WARNING,
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
-            **state_api_settings(),
+            **dashboard_settings(levers),
             **worker_pool_settings(levers),
         )
         return
@@ -153,8 +153,17 @@ def worker_pool_settings(levers: warm.Levers) -> dict[str, Any]:
     return {"_system_config": config} if config else {}
 
 
+def dashboard_settings(levers: warm.Levers) -> dict[str, Any]:
+    """Local mode: Ray's dashboard only where something a sweep runs asks its State API (Train's own per-run
+    placement-group cleaner, on Ray's public path); with the lean trainer, none (see below)."""
+    return {"include_dashboard": False} if levers.lean else state_api_settings()
+
+
 def state_api_settings() -> dict[str, Any]:
-    """Local mode: the dashboard on a port chosen here, and ``RAY_API_SERVER_ADDRESS`` naming it.
+    """Local mode on Ray's public path: the dashboard on a port chosen here, and ``RAY_API_SERVER_ADDRESS``
+    naming it. (With the lean trainer nothing a sweep runs asks the State API: Train's per-run cleaner is left
+    out and the reaper reads the GCS, so the embedded Ray starts without its dashboard, a dozen Python
+    processes and ~4 CPU-seconds less per sweep; docs/ray.md, "Trial start-up".)
 
     Train's placement-group cleaner (one per trial start) finds its cluster through the State API with no
     address; when another Ray runs on the same host (a second sweep, a test) that lookup fails with "Found
