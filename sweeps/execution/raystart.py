@@ -101,9 +101,9 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
 
             lean.lean_trial_actors()
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
-        ray.init(
-            num_cpus=num_cpus,  # type: ignore[arg-type]  # Ray accepts fractional logical CPUs
-            num_gpus=spec.cluster.num_gpus,  # type: ignore[arg-type]
+        init_local(
+            num_cpus=num_cpus,
+            num_gpus=spec.cluster.num_gpus,
             resources=custom or None,
             runtime_env=local_runtime_env(env),
             logging_level=logging.WARNING,
@@ -128,6 +128,48 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
                        f"does this process have its token? A driver needs {TOKEN_HELP} (now: RAY_AUTH_MODE="
                        f"{os.environ.get('RAY_AUTH_MODE', '(unset)')}, token from "
                        f"{token_source(os.environ, os.path.expanduser('~')) or 'nowhere'})") from None
+
+
+START_ATTEMPTS = 3
+NODE_START_TIMEOUT = "timed out during startup"  # ray.init: its raylet did not register with its GCS in 30 s
+
+
+def init_local(**kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` for the embedded Ray, started again (its leftovers stopped first) when its node
+    times out: Ray waits a fixed 30 s for the raylet to register, which a loaded machine can miss."""
+    import ray
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if NODE_START_TIMEOUT not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            stopped = stop_own_ray_processes()
+            log.warning("the embedded Ray's node did not register within Ray's 30 s (a loaded machine?); "
+                        "stopped its %d process(es), starting it again (attempt %d of %d)", stopped,
+                        attempt + 1, START_ATTEMPTS)
+
+
+def stop_own_ray_processes() -> int:
+    """SIGKILL the Ray processes this process started (its children: GCS, raylet, ...) after a failed start.
+
+    ``ray.init`` leaves them running when its node times out; a second start beside them would compete with
+    them for the machine that was already too busy.
+    """
+    import signal
+
+    killed = 0
+    for pid in pool._children(os.getpid()):
+        cmd = " ".join(pool._cmdline(pid)[:3])
+        if "ray" in cmd:  # gcs_server, raylet, Ray's Python daemons (all under site-packages/ray/)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                continue
+    return killed
 
 
 def local_runtime_env(env: dict[str, str]) -> dict[str, Any] | None:
