@@ -46,7 +46,7 @@ def job_runtime_env() -> str:
     return info.serialized_runtime_env or "{}"
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -61,7 +61,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [p.decode(errors="replace") for p in f.read().split(b"\0") if p]
@@ -72,11 +72,11 @@ def _cmdline(pid: int) -> list[str]:
 def idle_processes(driver_pid: int | None = None) -> int:
     """Idle or starting workers of the embedded Ray this process started (children of its raylet)."""
     count = 0
-    for raylet in _children(driver_pid or os.getpid()):
-        if not any("raylet" in part for part in _cmdline(raylet)[:1]):
+    for raylet in child_pids(driver_pid or os.getpid()):
+        if not any("raylet" in part for part in cmdline(raylet)[:1]):
             continue
-        for pid in _children(raylet):
-            cmd = _cmdline(pid)
+        for pid in child_pids(raylet):
+            cmd = cmdline(pid)
             if cmd and (cmd[0].startswith(IDLE_NAMES) or any(part.endswith(STARTING) for part in cmd[:3])):
                 count += 1
     return count

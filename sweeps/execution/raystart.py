@@ -161,8 +161,8 @@ def stop_own_ray_processes() -> int:
     import signal
 
     killed = 0
-    for pid in pool._children(os.getpid()):
-        cmd = " ".join(pool._cmdline(pid)[:3])
+    for pid in pool.child_pids(os.getpid()):
+        cmd = " ".join(pool.cmdline(pid)[:3])
         if "ray" in cmd:  # gcs_server, raylet, Ray's Python daemons (all under site-packages/ray/)
             try:
                 os.kill(pid, signal.SIGKILL)
