@@ -5,14 +5,15 @@
 # Extra arguments go to both pytest runs (e.g. -x, -k NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -m "not slow" "$@"
-# The slow tier in two processes, one test file each at a time (a file's module fixtures stay in one process),
-# the longest files first (tests/conftest.py, LONGEST_FIRST): real sweeps spend much of their time waiting on
-# process start-up, so two overlap well on 2 cores.
-# SWEEPS_TEST_WORKERS=0 runs it in this process instead.
+# Each tier in two processes (SWEEPS_TEST_WORKERS=0 runs both in this process instead). The fast tier's tests
+# are spread one by one; the slow tier's one test file each at a time (a file's module fixtures stay in one
+# process), the longest files first (tests/conftest.py, LONGEST_FIRST): real sweeps spend much of their time
+# waiting on process start-up, so two overlap well on 2 cores.
 workers=${SWEEPS_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
+  .venv/bin/python -m pytest -m "not slow" "$@"
   .venv/bin/python -m pytest -m "slow" --durations=0 "$@"
 else
+  .venv/bin/python -m pytest -m "not slow" -n "$workers" "$@"
   .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=0 "$@"
 fi

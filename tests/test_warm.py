@@ -152,3 +152,81 @@ def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
     public = stall.explain(watch, [])
     assert "free: node " in public and ": ? of CPU=2" in public, public
     assert stall._other_jobs_actors() == 0
+
+
+@pytest.mark.parametrize(("at_once", "workers", "cores", "preloads"), [
+    (1, 2, 2, True),     # one trial at a time: its next trial's processes import torch on a free core
+    (1, 4, 2, True),
+    (2, 2, 2, False),    # the quickstart on this box: the trials' workers fill the cores
+    (2, 1, 2, False),
+    (3, 1, 2, False),
+    (2, 2, 16, True),    # cores to spare
+    (2, 2, 4, False),    # exactly filled
+    (2, 2, 5, True),
+])
+def test_warm_processes_preload_torch_only_where_a_core_is_free_for_it(
+        at_once: int, workers: int, cores: int, preloads: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.execution import pool
+
+    monkeypatch.delenv(pool.PRELOAD_SWITCH, raising=False)
+    got, why = pool.preload(at_once, workers, cores)
+    assert got is preloads, why
+    assert bool(pool.raylet_settings(got).get("preload_python_modules")) is preloads
+
+
+def test_sweeps_preload_forces_the_preload_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.execution import pool
+
+    monkeypatch.setenv(pool.PRELOAD_SWITCH, "1")
+    assert pool.preload(4, 4, 2) == (True, "SWEEPS_PRELOAD=1")
+    monkeypatch.setenv(pool.PRELOAD_SWITCH, "0")
+    assert pool.preload(1, 1, 64) == (False, "SWEEPS_PRELOAD=0")
+
+
+PRELOADED = textwrap.dedent("""
+    import json, sys
+    import ray
+    from sweeps.config import build, compose
+    from sweeps.execution import pool, raystart
+
+    spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
+    at_once = int(sys.argv[1])
+    raystart.start(spec, 3, None, at_once)
+
+    @ray.remote(num_cpus=0)
+    class Probe:  # any actor the sweep starts (a synchronization actor, a coordinator, a Train worker)
+        def imported(self):
+            return "torch" in sys.modules
+
+    print(json.dumps({"torch": ray.get(Probe.remote().imported.remote()),
+                      "expected": pool.preload(at_once, spec.trainable.num_workers)[0]}))
+""")
+
+
+def test_the_embedded_ray_preloads_torch_into_its_processes_as_the_plan_decides(tmp_path: Path) -> None:
+    """A real embedded Ray started by the sweep's own start: one trial at a time, its processes hold torch
+    before any work; eight 2-worker trials at once (more than the cores), they do not."""
+    import json
+
+    procs = {}
+    ray_tmps = []
+    for at_once in ("1", "8"):
+        ray_tmps.append(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+        env = {k: v for k, v in os.environ.items() if k != "SWEEPS_PRELOAD"}
+        env.update(RAY_TMPDIR=ray_tmps[-1], HOME=str(tmp_path), SWEEPS_HOME=str(tmp_path / at_once),
+                   RAY_USAGE_STATS_ENABLED="0")
+        procs[at_once] = subprocess.Popen([sys.executable, "-c", PRELOADED, at_once], env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        outs = {k: p.communicate(timeout=100) for k, p in procs.items()}
+    finally:
+        for t in ray_tmps:
+            subprocess.run(["pkill", "-9", "-f", t], check=False)
+    got = {}
+    for k, (out, err) in outs.items():
+        assert procs[k].returncode == 0, err[-3000:]
+        got[k] = json.loads(out.strip().splitlines()[-1])
+    assert got["1"] == {"torch": True, "expected": True}
+    assert got["8"]["torch"] is got["8"]["expected"]
+    if os.cpu_count() and os.cpu_count() <= 16:
+        assert got["8"]["torch"] is False, "eight 2-worker trials fill this machine's cores"

@@ -10,9 +10,10 @@ for a job and runtime env, kept idle for a bounded time.
 
 On the embedded Ray, where the lean trainer gives every trial process the job's runtime env, the sweep keeps
 as many idle processes as the trials about to start need (counted in ``/proc``: the raylet's idle and
-starting workers), and no more once every trial has started. Those processes import torch and Ray Train
-before they are needed (``preload_python_modules``, a raylet setting given at ``ray.init``); importing torch
-does not touch CUDA (Ray sets ``CUDA_VISIBLE_DEVICES`` when a process is leased, after that).
+starting workers), and no more once every trial has started. Where a core is free for it (``preload``),
+those processes import torch and Ray Train before they are needed (``preload_python_modules``, a raylet
+setting given at ``ray.init``); importing torch does not touch CUDA (Ray sets ``CUDA_VISIBLE_DEVICES`` when
+a process is leased, after that).
 """
 
 from __future__ import annotations
@@ -32,9 +33,42 @@ IDLE_NAMES = ("ray::IDLE",)  # a registered worker waiting for work (its process
 STARTING = ("default_worker.py", "setup_worker.py")  # a worker still starting (its command line)
 
 
-def raylet_settings() -> dict[str, Any]:
-    """``_system_config`` for the embedded Ray: warm processes import torch and Ray Train before work."""
-    return {"preload_python_modules": list(PRELOAD)}
+PRELOAD_SWITCH = "SWEEPS_PRELOAD"  # "1": always preload, "0": never; unset: decided per sweep (below)
+
+
+def preload(trials_at_once: int, workers_per_trial: int, cores: int | None = None) -> tuple[bool, str]:
+    """Whether warm processes import torch and Ray Train before work, and why (the sweep's log line).
+
+    A preload takes a Train process's ~1.5 CPU-s torch import off its trial's start, but the raylet preloads
+    into every process it starts: the synchronization actor of each Train run and Ray Data's coordinator too,
+    which never use torch. That costs nothing on a core the trials leave free, and it is pure cost on cores
+    the trials' workers fill, where it only slows the training beside it (docs/ray.md, "Trial start-up";
+    benchmarks/RESULTS.md, "The preload"). So: preload when trials start one at a time, or when the machine
+    has more cores than the workers of the trials running at once.
+    """
+    forced = os.environ.get(PRELOAD_SWITCH, "")
+    if forced in ("0", "1"):
+        return forced == "1", f"{PRELOAD_SWITCH}={forced}"
+    cores = cores or available_cores()
+    busy = max(1, trials_at_once) * max(1, workers_per_trial)
+    if trials_at_once <= 1:
+        return True, "trials start one at a time"
+    if cores > busy:
+        return True, f"{cores} cores, {busy} Train workers at once"
+    return False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def raylet_settings(preloads: bool) -> dict[str, Any]:
+    """``_system_config`` for the embedded Ray: with ``preloads``, warm processes import torch and Ray Train
+    before work."""
+    return {"preload_python_modules": list(PRELOAD)} if preloads else {}
 
 
 def job_runtime_env() -> str:

@@ -83,8 +83,11 @@ def _enable_driver_auth() -> None:
         log.debug("could not refresh Ray's config after setting RAY_AUTH_MODE (%s)", exc)
 
 
-def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | None = None) -> None:
-    """Start the embedded local Ray (127.0.0.1, token auth left on) or connect to the configured cluster."""
+def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | None = None,
+          trials_at_once: int = 1) -> None:
+    """Start the embedded local Ray (127.0.0.1, token auth left on) or connect to the configured cluster.
+
+    ``trials_at_once``: the plan's concurrency (local mode: whether warm processes preload torch)."""
     import ray
 
     env = train_env(spec)
@@ -110,7 +113,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
             **dashboard_settings(levers),
-            **worker_pool_settings(levers),
+            **worker_pool_settings(levers, trials_at_once, spec.trainable.num_workers),
         )
         return
     address = spec.cluster.address or os.environ.get("RAY_ADDRESS")
@@ -181,15 +184,21 @@ def local_runtime_env(env: dict[str, str]) -> dict[str, Any] | None:
     return None
 
 
-def worker_pool_settings(levers: warm.Levers) -> dict[str, Any]:
+def worker_pool_settings(levers: warm.Levers, trials_at_once: int = 1, workers_per_trial: int = 1
+                         ) -> dict[str, Any]:
     """Local mode: the raylet's worker-pool settings (docs/ray.md, "Trial start-up").
 
     Ray prestarts idle processes (one per logical CPU, up to the cores) when the driver connects; only actors
     with the job's runtime env can take them (the Tune trial actors, and with the lean trainer the Train
-    processes too). With the warm pool, every process the raylet starts imports torch and Ray Train before
-    it is needed. ``SWEEPS_PRESTART=0`` turns the first prestart off (a benchmark lever).
+    processes too). With the warm pool, and a core free for it (``pool.preload``), every process the raylet
+    starts imports torch and Ray Train before it is needed. ``SWEEPS_PRESTART=0`` turns the first prestart
+    off (a benchmark lever).
     """
-    config: dict[str, Any] = pool.raylet_settings() if levers.pool else {}
+    config: dict[str, Any] = {}
+    if levers.pool:
+        preloads, why = pool.preload(trials_at_once, workers_per_trial)
+        log.info("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
+        config = pool.raylet_settings(preloads)
     if os.environ.get("SWEEPS_PRESTART", "1") == "0":
         config["prestart_worker_first_driver"] = False
     return {"_system_config": config} if config else {}

@@ -48,7 +48,7 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     # Ray's start-up, which mostly waits on its own processes.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeps-mlflow") as pool:
         opening = pool.submit(_open_store, spec.tracking.uri)
-        raystart.start(spec, pre.num_cpus_to_start if pre else None, custom)
+        raystart.start(spec, pre.num_cpus_to_start if pre else None, custom, pre.concurrent_trials if pre else 1)
     try:
         c = opening.result()
         the_plan = pre or remote.remote_plan(spec)
