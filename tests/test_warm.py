@@ -181,6 +181,9 @@ def test_sweeps_preload_forces_the_preload_either_way(monkeypatch: pytest.Monkey
     assert pool.preload(4, 4, 2) == (True, "SWEEPS_PRELOAD=1")
     monkeypatch.setenv(pool.PRELOAD_SWITCH, "0")
     assert pool.preload(1, 1, 64) == (False, "SWEEPS_PRELOAD=0")
+    monkeypatch.setenv(pool.PRELOAD_SWITCH, "yes")  # not a value it knows: the rule decides, and says so
+    assert pool.preload(2, 2, 2) == (False, "2 trials x 2 Train workers fill the 2 cores; SWEEPS_PRELOAD='yes' "
+                                            "ignored: 0 or 1")
 
 
 PRELOADED = textwrap.dedent("""

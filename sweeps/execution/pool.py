@@ -49,13 +49,14 @@ def preload(trials_at_once: int, workers_per_trial: int, cores: int | None = Non
     forced = os.environ.get(PRELOAD_SWITCH, "")
     if forced in ("0", "1"):
         return forced == "1", f"{PRELOAD_SWITCH}={forced}"
+    ignored = f"; {PRELOAD_SWITCH}={forced!r} ignored: 0 or 1" if forced else ""
     cores = cores or available_cores()
     busy = max(1, trials_at_once) * max(1, workers_per_trial)
     if trials_at_once <= 1:
-        return True, "trials start one at a time"
+        return True, "trials start one at a time" + ignored
     if cores > busy:
-        return True, f"{cores} cores, {busy} Train workers at once"
-    return False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores"
+        return True, f"{cores} cores, {busy} Train workers at once" + ignored
+    return False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores" + ignored
 
 
 def available_cores() -> int:
