@@ -23,6 +23,8 @@ import os
 import time
 from typing import Any
 
+from sweeps.execution import plan
+
 log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 120  # an unused warm process goes back after this long (the raylet ends it)
@@ -49,21 +51,15 @@ def preload(trials_at_once: int, workers_per_trial: int, cores: int | None = Non
     forced = os.environ.get(PRELOAD_SWITCH, "")
     if forced in ("0", "1"):
         return forced == "1", f"{PRELOAD_SWITCH}={forced}"
-    ignored = f"; {PRELOAD_SWITCH}={forced!r} ignored: 0 or 1" if forced else ""
-    cores = cores or available_cores()
-    busy = max(1, trials_at_once) * max(1, workers_per_trial)
+    cores = cores or plan.cores()
+    busy = trials_at_once * max(1, workers_per_trial)
     if trials_at_once <= 1:
-        return True, "trials start one at a time" + ignored
-    if cores > busy:
-        return True, f"{cores} cores, {busy} Train workers at once" + ignored
-    return False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores" + ignored
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        preloads, why = True, "trials start one at a time"
+    elif cores > busy:
+        preloads, why = True, f"{cores} cores, {busy} Train workers at once"
+    else:
+        preloads, why = False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores"
+    return preloads, why + (f"; {PRELOAD_SWITCH}={forced!r} ignored: 0 or 1" if forced else "")
 
 
 def raylet_settings(preloads: bool) -> dict[str, Any]:
