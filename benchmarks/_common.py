@@ -321,11 +321,12 @@ class ForeignLoad:
 # (module, function) pairs of the `sweeps run` pipeline, timed by phase_timers(), in pipeline order.
 SWEEPS_PHASES = (
     ("sweeps.ops.prepare", "prepare"), ("sweeps.tracking.client", "probe"),
-    ("sweeps.execution.storage", "check_storage"), ("sweeps.tracking.client", "client"),
-    ("sweeps.tracking.client", "close_stale_runs"), ("sweeps.execution.raystart", "start"),
-    ("sweeps.ops.run", "open_parent"), ("sweeps.ops.run", "make_tracker"), ("sweeps.execution.tuner", "build_tuner"),
+    ("sweeps.execution.resources.storage", "check_storage"), ("sweeps.tracking.client", "client"),
+    ("sweeps.tracking.client", "close_stale_runs"), ("sweeps.execution.cluster.raystart", "start"),
+    ("sweeps.ops.run", "open_parent"), ("sweeps.ops.run", "make_tracker"),
+    ("sweeps.execution.tuning.tuner", "build_tuner"),
     ("sweeps.ops.run", "_records"), ("sweeps.reports.summary", "collect"), ("sweeps.ops.run", "finish_parent"),
-    ("sweeps.ops.run", "_report"), ("sweeps.execution.raystart", "stop"),
+    ("sweeps.ops.run", "_report"), ("sweeps.execution.cluster.raystart", "stop"),
 )
 
 

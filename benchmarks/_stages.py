@@ -1,4 +1,4 @@
-"""Per-stage trial start-up from ``$SWEEPS_STAGE_LOG`` stamps (sweeps/execution/stages.py) and Tune's state.
+"""Per-stage trial start-up from ``$SWEEPS_STAGE_LOG`` stamps (sweeps/execution/train/stages.py) and Tune's state.
 
 Every figure is seconds after the trial's Tune start (status RUNNING, the same clock the old "start -> first
 epoch" used), on one host's wall clock.

@@ -7,7 +7,7 @@ a fresh process, alternating:
               a child run per trial, batched metrics, final statuses;
   sweeps      `sweeps`' whole run pipeline in-process (``runner.prepare`` + ``runner.execute``: MLflow parent
               run, index record, tracking callback, results read back, summary, report) with
-              ``sweeps.execution.tuner.trainable`` swapped for the trivial function trainable. `sweeps` has no
+              ``sweeps.execution.tuning.tuner.trainable`` swapped for the trivial function trainable. `sweeps` has no
               function-trainable option today (see RESULTS.md for the proposed ``trainable.kind``); this
               swap is what that option would do.
 Then runs benchmarks/report_scale.py (collect + CSV + Markdown on 10,000 synthetic trials, goal <= 2 s).
@@ -119,7 +119,7 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
 def child_sweeps(a: argparse.Namespace, home: Path) -> dict[str, Any]:
     from ray import tune
 
-    from sweeps.execution import tuner
+    from sweeps.execution.tuning import tuner
     from sweeps.ops import prepare
     from sweeps.ops import run as runner
 

@@ -16,7 +16,7 @@ trial's last result, ``first`` = ``last`` minus the trainable's own report-to-re
     python benchmarks/trial_overhead.py [--workers 1 2 4] [--trials 3] [--epochs 3] [--handwritten]
 
 --stages (issue 22): each stage of a trial's start-up, in seconds after its Tune start, median over trials,
-from the stamps `sweeps` writes when $SWEEPS_STAGE_LOG is set (sweeps/execution/stages.py: trial actor up,
+from the stamps `sweeps` writes when $SWEEPS_STAGE_LOG is set (sweeps/execution/train/stages.py: trial actor up,
 Train controller up, placement group ready, workers up, process group ready, the loop started on every rank,
 the driver got the first epoch; plus Train V2's own debug timings, and which actors landed on warm
 processes). Cases: N workers one trial at a time ("1", "2", "4") and two trials at a time ("2x2"). Variants

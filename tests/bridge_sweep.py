@@ -2,7 +2,7 @@
 
     python tests/bridge_sweep.py DELAY_S OVERRIDE...
 
-Builds the real Tuner (``sweeps.execution.tuner.build_tuner``) on the embedded Ray and adds a Tune
+Builds the real Tuner (``sweeps.execution.tuning.tuner.build_tuner``) on the embedded Ray and adds a Tune
 ``Callback`` whose ``on_trial_result`` sleeps DELAY_S: the driver falls behind the Train run, which is what
 MLflow calls over a slow network do. Prints ``RESULT {json}`` with each trial's error, its folder and the
 storage folder.
@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.execution.tuner import build_tuner
+from sweeps.execution.tuning.tuner import build_tuner
 from sweeps.ops.launch import launched
 from sweeps.ops.prepare import prepare
 

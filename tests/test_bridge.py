@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from sweeps.execution import bridge, keeper
+from sweeps.execution.train import bridge
+from sweeps.execution.tuning import keeper
 
 
 def _controller_side(channel: bridge.Channel, token: bytes | None = None):  # noqa: ANN202
@@ -304,7 +305,7 @@ def test_tune_calls_on_checkpoint_before_it_registers_the_checkpoint(tune_order:
 
 
 def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.execution import raystart
+    from sweeps.execution.cluster import raystart
 
     monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
     monkeypatch.setattr(raystart, "_api_address", None)
@@ -317,7 +318,8 @@ def test_state_api_settings_name_a_port_for_the_dashboard(monkeypatch: pytest.Mo
 def test_the_embedded_ray_starts_its_dashboard_only_on_rays_public_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the lean trainer nothing asks the State API (no Train cleaner; the reaper reads the GCS): no
     dashboard, a dozen processes fewer per sweep. On Ray's public path Train's cleaner needs it, named."""
-    from sweeps.execution import raystart, warm
+    from sweeps.execution.cluster import raystart
+    from sweeps.execution.warmstart import warm
 
     monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
     assert raystart.dashboard_settings(warm.Levers(True, True, False, {})) == {"include_dashboard": False}
@@ -347,7 +349,7 @@ def test_a_node_that_times_out_at_start_is_stopped_and_started_again(monkeypatch
 
     import ray
 
-    from sweeps.execution import raystart
+    from sweeps.execution.cluster import raystart
 
     leftovers: list[subprocess.Popen] = []
     calls: list[dict] = []

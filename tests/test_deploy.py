@@ -101,7 +101,7 @@ def test_every_manifest_command_passes_a_dry_run(tmp_path: Path, monkeypatch: py
 def test_a_node_imports_only_the_libraries() -> None:
     """What a trial's driver and its Train workers import: no MLflow, Hydra, Optuna (the nodes lack them)."""
     code = ("import sys; import ray.tune, ray.train.torch; "
-            "import sweeps.execution.trial, trainables.digits, trainables.diabetes, trainables.loop; "
+            "import sweeps.execution.train.trial, trainables.digits, trainables.diabetes, trainables.loop; "
             "tops = {m.split('.')[0] for m in sys.modules}; "
             "print(sorted(t for t in ('mlflow', 'hydra', 'omegaconf', 'optuna', 'hyperopt', 'matplotlib', "
             "'croniter') if t in tops))")
@@ -115,8 +115,8 @@ def test_elastic_random_search_is_not_a_restored_searcher() -> None:
     from ray.tune.search.basic_variant import BasicVariantGenerator
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.execution.concurrency import Capacity, Census, make_elastic
-    from sweeps.execution.searchers import is_restored
+    from sweeps.execution.tuning.concurrency import Capacity, Census, make_elastic
+    from sweeps.execution.tuning.searchers import is_restored
 
     class Fixed(Capacity):
         def _compute(self) -> int:  # what the live cluster would say; no Ray here
@@ -134,7 +134,7 @@ def test_inside_a_ray_job_the_drivers_runtime_env_may_repeat_the_jobs_env_vars(
     """A Ray Job that sets SWEEPS_HOME in its env_vars: Ray would refuse the driver's runtime_env that sets it too."""
     from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
-    from sweeps.execution import shipping
+    from sweeps.execution.cluster import shipping
     from sweeps.ops.prepare import prepare
 
     assert shipping.IN_JOB == RAY_JOB_CONFIG_JSON_ENV_VAR
@@ -175,7 +175,7 @@ def _sources(root: Path, pkg: str) -> set[str]:
 
 def test_shipped_packages_hold_every_module() -> None:
     """py_modules with shipping.EXCLUDES: all of sweeps and trainables (a bare `reports` dropped sweeps/reports)."""
-    from sweeps.execution import shipping
+    from sweeps.execution.cluster import shipping
 
     for pkg in shipping.ALWAYS:
         packed = _packed(REPO / pkg, shipping.EXCLUDES, include_parent=True)
@@ -242,7 +242,7 @@ def test_a_single_file_module_and_a_namespace_package_arrive_importable(
     """`--from shipone:train_loop` (a .py file, no package) and a builder in a namespace package split over two
     folders: Ray packs the file itself and each folder under the package's name, and a fresh interpreter that
     sees only the unpacked folders (a node's view) imports all of it from there."""
-    from sweeps.execution import shipping
+    from sweeps.execution.cluster import shipping
     from sweeps.ops.prepare import prepare
 
     a, b = user_code
@@ -266,7 +266,7 @@ def test_a_single_file_module_and_a_namespace_package_arrive_importable(
 
 def test_a_module_that_is_not_source_is_not_shipped(caplog: pytest.LogCaptureFixture) -> None:
     """A compiled module cannot travel as py_modules (Ray takes folders, .py files and wheels): it is named."""
-    from sweeps.execution import shipping
+    from sweeps.execution.cluster import shipping
 
     assert shipping.sources("_ctypes") == []
     assert "module _ctypes" in caplog.text and "install it on every node" in caplog.text
@@ -290,9 +290,9 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     import ray.cloudpickle
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from sweeps.execution import plan as plan_mod
-    from sweeps.execution.concurrency import Capacity, Census, census_callback, make_elastic, process_census
-    from sweeps.execution.tuner import observers
+    from sweeps.execution.resources import plan as plan_mod
+    from sweeps.execution.tuning.concurrency import Capacity, Census, census_callback, make_elastic, process_census
+    from sweeps.execution.tuning.tuner import observers
     from sweeps.ops.prepare import prepare
 
     class Fixed(Capacity):
@@ -331,7 +331,7 @@ def test_a_paused_trial_is_resumed_only_while_the_cluster_has_room_for_it() -> N
     import ray.cloudpickle
     from ray.tune.schedulers import FIFOScheduler
 
-    from sweeps.execution.concurrency import Capacity, gate_resumes
+    from sweeps.execution.tuning.concurrency import Capacity, gate_resumes
 
     class Fixed(Capacity):
         def _compute(self) -> int:

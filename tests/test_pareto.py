@@ -71,7 +71,7 @@ def test_combinations_ray_or_optuna_cannot_run_are_refused(sweeps_env: Any, caps
 
 
 def test_a_multi_objective_sweep_builds_optuna_with_every_objective_and_the_constraints(sweeps_env: Any) -> None:
-    from sweeps.execution.searchers import build_scheduler, build_searcher
+    from sweeps.execution.tuning.searchers import build_scheduler, build_searcher
     from sweeps.ops.prepare import prepare
 
     spec = prepare(["+experiment=digits_pareto", "sweep.constraints={model/params: '<= 5000'}"])
@@ -91,7 +91,7 @@ def test_a_genetic_samplers_searcher_pickles_as_tune_saves_it_and_still_suggests
     import ray.cloudpickle as cloudpickle
 
     from sweeps.config import build, compose
-    from sweeps.execution.searchers import build_searcher, param_space
+    from sweeps.execution.tuning.searchers import build_searcher, param_space
 
     spec = build.build_spec(compose.compose(["+experiment=digits_pareto",
                                              f"searcher.sampler._target_=optuna.samplers.{sampler}"]))

@@ -208,7 +208,7 @@ def test_the_parent_run_and_the_report_say_what_the_loopback_promise_rests_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's own GLOO_SOCKET_IFNAME: the sweep's parent run (tag sweeps.listeners), its record and its report
     say that the loopback promise depends on it. A record of an older version says nothing."""
-    from sweeps.execution import loopback
+    from sweeps.execution.cluster import loopback
     from sweeps.ops.prepare import prepare
     from sweeps.ops.run import new_record
     from sweeps.tracking.parent import RUN_TAG_LISTENERS, open_parent

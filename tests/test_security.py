@@ -240,7 +240,7 @@ def test_basic_auth_app_exists_in_this_mlflow() -> None:
 
 
 def test_driver_gets_token_mode_only_with_a_token(tmp_path: Path) -> None:
-    from sweeps.execution.raystart import driver_auth_env, token_source
+    from sweeps.execution.cluster.raystart import driver_auth_env, token_source
 
     assert driver_auth_env({}, str(tmp_path)) == {}
     assert driver_auth_env({"RAY_AUTH_TOKEN": "t"}, str(tmp_path)) == {"RAY_AUTH_MODE": "token"}
@@ -258,7 +258,8 @@ def test_token_mode_is_turned_on_in_process_only_on_a_checked_ray(monkeypatch: p
     checked Ray the driver does that (every cluster test's driver: none exports the mode); on another one it
     stops before connecting and says what to export."""
     from sweeps.errors import BadInput
-    from sweeps.execution import raystart, rayversion
+    from sweeps.execution.cluster import raystart
+    from sweeps.execution.levers import rayversion
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "t")
@@ -271,7 +272,7 @@ def test_token_mode_is_turned_on_in_process_only_on_a_checked_ray(monkeypatch: p
 
 
 def test_connection_error_names_the_variables() -> None:
-    from sweeps.execution.raystart import TOKEN_HELP
+    from sweeps.execution.cluster.raystart import TOKEN_HELP
 
     for name in ("RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token"):
         assert name in TOKEN_HELP
@@ -282,7 +283,7 @@ def test_loopback_switch_is_set_and_undone(monkeypatch: pytest.MonkeyPatch) -> N
     import ray._private.ray_constants as rc
     import ray._private.services as services
 
-    from sweeps.execution import loopback
+    from sweeps.execution.cluster import loopback
 
     monkeypatch.delenv(loopback.SWITCH, raising=False)
     before = rc.ENABLE_RAY_CLUSTER
@@ -305,13 +306,14 @@ def test_on_an_unchecked_ray_the_loopback_levers_take_rays_public_path_and_say_s
     import ray._private.ray_constants as rc
     import ray._private.services as services
 
-    from sweeps.execution import loopback, rayversion
+    from sweeps.execution.cluster import loopback
+    from sweeps.execution.levers import rayversion
 
     monkeypatch.delenv(loopback.SWITCH, raising=False)
     assert loopback.internals_missing() is None, "the installed Ray is the checked one"
     monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
     before = rc.ENABLE_RAY_CLUSTER
-    with caplog.at_level("WARNING", logger="sweeps.execution.loopback"):
+    with caplog.at_level("WARNING", logger="sweeps.execution.cluster.loopback"):
         loopback.enter_local()
     try:
         assert loopback.SWITCH not in __import__("os").environ and rc.ENABLE_RAY_CLUSTER == before
@@ -336,7 +338,7 @@ def test_on_an_unchecked_ray_the_loopback_levers_take_rays_public_path_and_say_s
 def test_gloo_and_nccl_are_pinned_to_loopback_unless_the_user_set_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded Ray's workers get gloo's and NCCL's socket settings on the loopback interface; a user's own
     value is kept, and the one-line note (parent-run tag, report) then says the promise depends on it."""
-    from sweeps.execution import loopback, raystart
+    from sweeps.execution.cluster import loopback, raystart
     from sweeps.ops.prepare import prepare
 
     lo = loopback.loopback_interface()
@@ -472,7 +474,7 @@ def test_cli_errors_are_scrubbed(sweeps_env, capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize("experiment", ["digits_optuna", "digits_hyperopt", "digits_pbt", "digits_pb2",
                                         "digits_grid", "quickstart"])
 def test_bundled_searchers_and_schedulers_build_through_the_allowlist(experiment: str, sweeps_env) -> None:  # noqa: ANN001
-    from sweeps.execution.searchers import build_scheduler, build_searcher
+    from sweeps.execution.tuning.searchers import build_scheduler, build_searcher
     from sweeps.ops.prepare import prepare
 
     spec = prepare([f"+experiment={experiment}"])

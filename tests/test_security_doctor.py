@@ -73,7 +73,7 @@ def test_doctor_reports_ok_and_failures(capsys: pytest.CaptureFixture[str], swee
 
 def test_doctor_says_where_the_embedded_ray_would_listen(capsys: pytest.CaptureFixture[str], sweeps_env,  # noqa: ANN001
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.execution import rayversion
+    from sweeps.execution.levers import rayversion
 
     assert cli_main.main(["doctor"]) == 0
     assert "[ok  ] embedded Ray listeners  loopback only" in capsys.readouterr().out

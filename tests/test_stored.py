@@ -106,7 +106,7 @@ def test_the_reader_gives_what_the_validator_gave(experiment: str, sweeps_env: A
     """Every bundled experiment, stored as a run stores it, reads back as its validated spec."""
     from sweeps.config import compose
     from sweeps.config.build import build_spec
-    from sweeps.execution.plan import per_trial
+    from sweeps.execution.resources.plan import per_trial
 
     spec = build_spec(compose.compose([f"+experiment={experiment}"]))
     sweep = stored.read(spec.redacted(), metric=spec.sweep.metric, mode=spec.sweep.mode, per_trial=per_trial(spec))

@@ -96,7 +96,7 @@ STARTUP = {"optuna": "searcher.sampler.n_startup_trials", "hyperopt": "searcher.
 
 def _random_suggestions(searcher: str, overrides: list[str], n: int) -> list[dict]:
     """What the same searcher and seed suggest with no model at all (start-up forever, no results fed back)."""
-    from sweeps.execution.searchers import build_searcher, param_space
+    from sweeps.execution.tuning.searchers import build_searcher, param_space
     from sweeps.ops.prepare import prepare
 
     spec = prepare([*overrides, f"{STARTUP[searcher]}=100"])

@@ -165,7 +165,7 @@ def test_signals_while_closing_the_record_are_noted_not_raised(caplog: pytest.Lo
 STOP_PROBE = """
 import os, signal, sys, threading, time
 import ray
-from sweeps.execution import raystart
+from sweeps.execution.cluster import raystart
 from sweeps.ops.launch import stop_ray
 ray.init(num_cpus=1, include_dashboard=False)
 raystart.stop_in_background()  # what the run pipeline does before drawing its report

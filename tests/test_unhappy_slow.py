@@ -104,7 +104,7 @@ def _reported(env: SweepsEnv, n: int) -> bool:
 
 EXTEND_INTERRUPTED = textwrap.dedent("""
     import sys
-    from sweeps.execution import tuner
+    from sweeps.execution.tuning import tuner
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
     tuner.build_tuner = interrupted  # Ctrl-C while the extension starts, before Tune saved any state

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.execution import rayversion, reaper, warm
+from sweeps.execution.levers import rayversion
+from sweeps.execution.warmstart import reaper, warm
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +55,7 @@ def test_sweeps_warm_0_turns_every_lever_off(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_trial_setup_follows_the_levers(monkeypatch: pytest.MonkeyPatch) -> None:
     from sweeps.config import build, compose
-    from sweeps.execution import tuner
+    from sweeps.execution.tuning import tuner
 
     spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
     assert tuner.trial_setup(spec, "s1").lean and not tuner.reuse_actors(spec)
@@ -76,7 +77,7 @@ REAP = textwrap.dedent("""
     import json, sys, time
     import ray
     from ray.util.placement_group import placement_group
-    from sweeps.execution import reaper
+    from sweeps.execution.warmstart import reaper
 
     ray.init(num_cpus=3, include_dashboard=False)
 
@@ -143,7 +144,7 @@ def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
     """The watchdog's explanation on a real (in-process) Ray: free resources per node come from a GCS table
     behind ``ray._private``, so on an unchecked Ray they read '?' while the public parts (nodes, placement
     groups) stay."""
-    from sweeps.execution import stall
+    from sweeps.execution.tuning import stall
 
     watch = stall.Watch("sw", {"CPU": 2.0}, None)
     checked = stall.explain(watch, [])
@@ -166,7 +167,7 @@ def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
 ])
 def test_warm_processes_preload_torch_only_where_a_core_is_free_for_it(
         at_once: int, workers: int, cores: int, preloads: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.execution import pool
+    from sweeps.execution.warmstart import pool
 
     monkeypatch.delenv(pool.PRELOAD_SWITCH, raising=False)
     got, why = pool.preload(at_once, workers, cores)
@@ -175,7 +176,7 @@ def test_warm_processes_preload_torch_only_where_a_core_is_free_for_it(
 
 
 def test_sweeps_preload_forces_the_preload_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.execution import pool
+    from sweeps.execution.warmstart import pool
 
     monkeypatch.setenv(pool.PRELOAD_SWITCH, "1")
     assert pool.preload(4, 4, 2) == (True, "SWEEPS_PRELOAD=1")
@@ -190,7 +191,8 @@ PRELOADED = textwrap.dedent("""
     import json, sys
     import ray
     from sweeps.config import build, compose
-    from sweeps.execution import pool, raystart
+    from sweeps.execution.warmstart import pool
+    from sweeps.execution.cluster import raystart
 
     spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
     at_once = int(sys.argv[1])

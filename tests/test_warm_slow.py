@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, SweepsEnv
 
 from sweeps import uris
-from sweeps.execution import rayversion
+from sweeps.execution.levers import rayversion
 
 pytestmark = pytest.mark.slow
 

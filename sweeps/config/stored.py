@@ -105,7 +105,7 @@ def read(config: Mapping[str, Any] | None, *, metric: str = "", mode: str = "",
 
 
 def cpus_gpus(per_trial: Mapping[str, float]) -> tuple[float, float]:
-    """(CPUs, GPUs) of what one trial holds (:func:`sweeps.execution.plan.per_trial`)."""
+    """(CPUs, GPUs) of what one trial holds (:func:`sweeps.execution.resources.plan.per_trial`)."""
     return float(per_trial.get("CPU", 0.0)), float(per_trial.get("GPU", 0.0))
 
 

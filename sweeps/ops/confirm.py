@@ -74,7 +74,7 @@ def points_space(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_k: int, seeds: int) -> Confirmed:
     """Run the re-runs (Ray must be up) and record their intervals."""
-    from sweeps.execution.tuner import build_tuner
+    from sweeps.execution.tuning.tuner import build_tuner
     from sweeps.reports.confirmed import intervals, winner_note
     from sweeps.reports.results import load_records
     from sweeps.tracking.parent import make_tracker

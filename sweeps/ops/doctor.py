@@ -56,7 +56,7 @@ def check_storage(path: str | None) -> Check:
     location = path or paths.default_storage()
     if uris.is_remote(location):
         from sweeps.errors import BadInput
-        from sweeps.execution.storage import check_storage as probe
+        from sweeps.execution.resources.storage import check_storage as probe
 
         try:
             probe(location)
@@ -109,7 +109,7 @@ def check_token_file() -> Check:
 
 def check_warm_start() -> Check:
     """Which warm-start levers a sweep would use here (docs/ray.md, "Trial start-up")."""
-    from sweeps.execution import warm
+    from sweeps.execution.warmstart import warm
 
     levers = warm.levers(local=True)
     return Check("warm trial start", levers.lean and levers.pool, levers.describe(),
@@ -119,7 +119,7 @@ def check_warm_start() -> Check:
 
 def check_loopback() -> Check:
     """Where the embedded Ray and its rendezvous would listen here (docs/security.md, "Loopback only, by default")."""
-    from sweeps.execution import loopback
+    from sweeps.execution.cluster import loopback
 
     note = loopback.listeners("local")
     return Check("embedded Ray listeners", loopback.internals_missing() is None, note,
@@ -129,7 +129,8 @@ def check_loopback() -> Check:
 
 def check_state_api(address: str) -> Check:
     """A remote cluster's State API (the dashboard): Train's own cleaner needs it; the sweep does not."""
-    from sweeps.execution import remote, warm
+    from sweeps.execution.resources import remote
+    from sweeps.execution.warmstart import warm
 
     answers, detail = remote.state_api(address, warm.levers(local=False).lean)
     return Check("Ray State API", bool(answers), detail, "start the head with the dashboard (ray[default]), or "

@@ -11,7 +11,9 @@ from typing import Any
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import keeper, plan, raystart, remote, storage
+from sweeps.execution.cluster import raystart
+from sweeps.execution.resources import plan, remote, storage
+from sweeps.execution.tuning import keeper
 from sweeps.ops.signals import shielded
 from sweeps.tracking import client as mc
 

@@ -12,7 +12,7 @@ from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.errors import BadInput
-from sweeps.execution import plan, remote
+from sweeps.execution.resources import plan, remote
 
 
 def prepare(overrides: Sequence[str]) -> SweepSpec:

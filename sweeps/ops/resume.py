@@ -37,8 +37,8 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     """
     from ray import tune
 
-    from sweeps.execution import keeper
-    from sweeps.execution import tuner as tuner_mod
+    from sweeps.execution.tuning import keeper
+    from sweeps.execution.tuning import tuner as tuner_mod
 
     rec = store.load(sweep_id)
     exp_dir = rec.experiment_dirs[-1]
@@ -73,8 +73,8 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
 
 def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> runner.Outcome:
     """Add ``more_trials`` trials to a finished sweep, suggested by its restored searcher."""
-    from sweeps.execution import searchers
-    from sweeps.execution import tuner as tuner_mod
+    from sweeps.execution.tuning import searchers
+    from sweeps.execution.tuning import tuner as tuner_mod
 
     if more_trials < 1:
         raise BadInput(f"--more-trials: must be >= 1, got {more_trials}")

@@ -16,8 +16,9 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
-from sweeps.execution import firstreport, loopback, raystart, stall
-from sweeps.execution.plan import per_trial
+from sweeps.execution.cluster import loopback, raystart
+from sweeps.execution.resources.plan import per_trial
+from sweeps.execution.tuning import firstreport, stall
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -35,7 +36,7 @@ class Outcome:
     record: store.SweepRecord
     summary: summary.Summary
     interrupted: bool = False
-    stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.stall)
+    stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.tuning.stall)
     missing_metric: str | None = None  # why a report without the sweep's metric ended it (execution.firstreport)
     report_paths: list[str] = field(default_factory=list)
     promotion: str | None = None
@@ -81,8 +82,8 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
             previous: str | None = None, points: list[dict[str, Any]] | None = None,
             searcher_state_dir: str | None = None) -> Outcome:
     """Run a validated sweep end to end."""
-    from sweeps.execution.searchers import restored_searcher
-    from sweeps.execution.tuner import build_tuner
+    from sweeps.execution.tuning.searchers import restored_searcher
+    from sweeps.execution.tuning.tuner import build_tuner
 
     with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
@@ -206,7 +207,7 @@ def _confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any) -> stor
 
 
 def _stop_reason(spec: SweepSpec, summ: summary.Summary, time_budget_hit: bool) -> str | None:
-    from sweeps.execution.plan import total_trials
+    from sweeps.execution.resources.plan import total_trials
 
     if time_budget_hit:
         return "time_budget"
@@ -228,7 +229,7 @@ def _front(spec: SweepSpec, records_: list[Any]) -> list[dict[str, Any]]:
 def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
     """Resource-hours the sweep's trials held (the ledger: driver + workers from each trial's start to its end,
     earlier runs of the sweep included) and the budget, for the record."""
-    from sweeps.execution.hours import process_ledger
+    from sweeps.execution.tuning.hours import process_ledger
 
     return process_ledger().record()
 

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from sweeps.execution import plan
+from sweeps.execution.resources import plan
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Train V2 checkpoints are not Tune checkpoints. The bridge (docs/ray.md, "The Train -> Tune bridge"): a Train
 ``UserCallback`` in the controller sends rank 0's ``(metrics, checkpoint)`` over a private socket
-(``sweeps.execution.bridge``) and waits; this driver re-reports each with ``ray.tune.report(...,
+(``sweeps.execution.train.bridge``) and waits; this driver re-reports each with ``ray.tune.report(...,
 checkpoint=...)``, which copies the checkpoint into the trial's folder, then acks. So PBT can exploit, Tune can
 retry and resume, and Train (keeping one checkpoint) never deletes one Tune has not copied yet. A trial's Tune
 checkpoint (the PBT donor's, a retry's, a resume's) seeds the Train run, so ``ray.train.get_checkpoint()``
@@ -22,7 +22,8 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.targets import import_dotted
-from sweeps.execution import bridge, keeper, stages
+from sweeps.execution.train import bridge, stages
+from sweeps.execution.tuning import keeper
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class TrialSetup:
     extra_config: dict[str, Any] = field(default_factory=dict)
     datasets: str | None = None  # dotted path: build_datasets(config) -> {name: ray.data.Dataset}
     sweep_id: str = ""
-    lean: bool = False  # the lean trainer (sweeps.execution.lean); the installed Ray was checked for it
+    lean: bool = False  # the lean trainer (sweeps.execution.warmstart.lean); the installed Ray was checked for it
     job_env_vars: dict[str, str] | None = None  # a remote job's runtime-env variables; None: inherited
 
 
@@ -75,7 +76,7 @@ def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id:
     """What every Train worker gets: fixed params, the trial's sample, and the bridge's keys.
 
     ``start`` is the checkpoint Tune handed the trial; ``seed`` the copy of it to seed the Train run with (a
-    pinned PBT donor's, see ``sweeps.execution.keeper``). The seeding keys are popped before the user's loop.
+    pinned PBT donor's, see ``sweeps.execution.tuning.keeper``). The seeding keys are popped before the user's loop.
     """
     seed = seed if seed is not None else start
     return {
@@ -101,7 +102,7 @@ def trainer_class(setup: TrialSetup, trial_id: str, run_name: str) -> tuple[type
 
     if not setup.lean:
         return TorchTrainer, []
-    from sweeps.execution import lean, reaper
+    from sweeps.execution.warmstart import lean, reaper
 
     added = lean.added_env(setup.job_env_vars)
     if added:
@@ -116,7 +117,7 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
     import ray
     import ray.train
 
-    from sweeps.execution.loopback import torch_config
+    from sweeps.execution.cluster.loopback import torch_config
 
     trainer_cls, named = trainer_class(setup, str(config.get("_trial_id")), run_name)
     driver_node = ray.get_runtime_context().get_node_id()  # this trial's driver: its controller must run here

@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Any
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import firstreport, warm
-from sweeps.execution.budget import Budget
-from sweeps.execution.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
-from sweeps.execution.hours import Ledger, gated, ledger_callback, process_ledger
-from sweeps.execution.plan import TRIAL_SLOT, Plan
-from sweeps.execution.progress import Progress, progress_callback
-from sweeps.execution.searchers import build_scheduler, build_searcher, is_restored, param_space
-from sweeps.execution.trial import TrialSetup, run_trial
+from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
+from sweeps.execution.train.trial import TrialSetup, run_trial
+from sweeps.execution.tuning import firstreport
+from sweeps.execution.tuning.budget import Budget
+from sweeps.execution.tuning.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
+from sweeps.execution.tuning.hours import Ledger, gated, ledger_callback, process_ledger
+from sweeps.execution.tuning.progress import Progress, progress_callback
+from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
+from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
     from sweeps.store import SweepRecord
@@ -30,8 +31,9 @@ def run_callbacks(spec: SweepSpec, sweep_id: str, plan: Plan | None = None) -> l
     """The Tuner's own callbacks (after the tracker): result loggers, the checkpoint keeper (PBT pins,
     latest checkpoints kept for resume, clean-up), the placement-group reaper and the warm pool (when those
     levers are on). ``sweeps resume`` sets them again on a restored Tuner."""
-    from sweeps.execution import keeper, pool, reaper
-    from sweeps.execution.tune_logs import result_loggers
+    from sweeps.execution.tuning import keeper
+    from sweeps.execution.tuning.tune_logs import result_loggers
+    from sweeps.execution.warmstart import pool, reaper
 
     levers = warm.current(spec.cluster.mode == "local")
     # The reaper first: at the experiment's end its groups' removal stops the Train workers that the keeper's
@@ -118,7 +120,7 @@ def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any
     and, on a remote cluster, the census of paused trials. The ledger is this process's (:mod:`hours`):
     a restored Tuner's gated searcher and stopper find it again."""
     from sweeps import store
-    from sweeps.execution.stall import Watch, watchdog_callback
+    from sweeps.execution.tuning.stall import Watch, watchdog_callback
 
     firstreport.arm()  # the stopper checks the metric (guarded_stopper); a restored one shares this state
     progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,

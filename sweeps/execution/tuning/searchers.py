@@ -21,7 +21,7 @@ from sweeps.config.sections.objectives import constrained_sampler
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import TargetRefused, build, resolve
 from sweeps.errors import BadInput
-from sweeps.execution.objectives import record_constraints
+from sweeps.execution.tuning.objectives import record_constraints
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,9 @@ from typing import Any
 from sweeps import ports
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution import loopback, pool, rayversion, shipping, warm
+from sweeps.execution.cluster import loopback, shipping
+from sweeps.execution.levers import rayversion
+from sweeps.execution.warmstart import pool, warm
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     levers = warm.current(spec.cluster.mode == "local")
     if spec.cluster.mode == "local":
         if levers.lean:
-            from sweeps.execution import lean
+            from sweeps.execution.warmstart import lean
 
             lean.lean_trial_actors()
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())

@@ -51,7 +51,7 @@ _TRAIN_TIMING = re.compile(r"\[Worker Group Initialization\] (.*?) in ([0-9.]+)s
 def train_callbacks() -> list[Any]:
     """The controller-side stamping callback, when stamping is on (on a checked Ray: it subclasses Train's
     internal callbacks; elsewhere the driver's own stamps remain)."""
-    from sweeps.execution import rayversion
+    from sweeps.execution.levers import rayversion
 
     if not enabled() or rayversion.unchecked():
         return []

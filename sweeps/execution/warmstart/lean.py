@@ -6,7 +6,7 @@ job's) and each pays a second interpreter (``setup_worker.py``). When every vari
 already reaches those processes through the job (the embedded Ray's processes inherit the driver's
 environment; a remote job's ``runtime_env`` carries them), the lean trainer starts the controller and the
 workers with the job's runtime env, and leaves out what a sweep does not use: Train's detached per-run
-placement-group cleaner (the sweep frees its trials' groups itself, :mod:`sweeps.execution.reaper`) and the
+placement-group cleaner (the sweep frees its trials' groups itself, :mod:`sweeps.execution.warmstart.reaper`) and the
 Ray Data manager of a trial without datasets. Its worker group's placement group is named after the sweep,
 the trial and the run, so the reaper finds it with ``ray.util.placement_group_table()`` (no State API).
 
@@ -37,7 +37,7 @@ WARN_ASYNC_GET = "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"  # Train always sets it on
 
 
 class PlacementGroupName(WorkerGroupCallback):  # type: ignore[misc]
-    """Carries the name the worker group's placement group gets (``sweeps.execution.reaper.pg_name``)."""
+    """Carries the name the worker group's placement group gets (``sweeps.execution.warmstart.reaper.pg_name``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -104,7 +104,7 @@ def lean_trial_actors() -> None:
     they inherit (every variable Tune sets is already in this process's environment, which Ray's processes
     inherit). Then a trial actor, its Train controller and workers all carry the job's runtime env and can
     take prestarted processes. Patches Tune's actor-class cache in this process (a Ray internal: only after
-    ``sweeps.execution.warm`` checked the installed Ray); anything else keeps Tune's own path."""
+    ``sweeps.execution.warmstart.warm`` checked the installed Ray); anything else keeps Tune's own path."""
     from ray.tune.execution import class_cache
 
     tune_get = class_cache._ActorClassCache.get

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from sweeps.config.targets import import_dotted
-from sweeps.execution import stages
+from sweeps.execution.train import stages
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 docs/ray.md, "Trial start-up". The levers:
 
-- ``lean``: the lean trainer (:mod:`sweeps.execution.lean`): Train's controller and workers on the job's
+- ``lean``: the lean trainer (:mod:`sweeps.execution.warmstart.lean`): Train's controller and workers on the job's
   runtime env, so they can take prestarted processes; no per-run placement-group cleaner or Data manager.
-- ``pool``: warm processes prestarted on the trials' nodes while trials run (:mod:`sweeps.execution.pool`),
+- ``pool``: warm processes prestarted on the trials' nodes while trials run (:mod:`sweeps.execution.warmstart.pool`),
   with torch and Ray Train imported ahead (embedded Ray only).
 - ``reuse``: Tune's ``reuse_actors`` (a finished trial's driver process runs the next trial): off unless
   ``SWEEPS_REUSE_ACTORS=1``. Measured against it: Tune fails the *next* trial when the previous trial's
@@ -22,7 +22,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from sweeps.execution import rayversion
+from sweeps.execution.levers import rayversion
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ sweep's trials, groups it cannot name, other jobs' actors, nodes that left). Aft
 way Ctrl-C stops it, so Tune saves its state and ``resume`` continues; the driver then exits 1 with the reason.
 
 Only Ray's GCS is asked (``ray.nodes()``, ``placement_group_table()``, and, where the installed Ray is one
-:mod:`sweeps.execution.warm` was checked against, its per-node resource and actor tables): no dashboard.
+:mod:`sweeps.execution.warmstart.warm` was checked against, its per-node resource and actor tables): no dashboard.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import signal
 import time
 from typing import Any
 
-from sweeps.execution import reaper
+from sweeps.execution.warmstart import reaper
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _cluster_story(watch: Watch, status: dict[str, str]) -> list[str]:
 def _free_per_node() -> dict[str, dict[str, float]] | None:
     """Available resources per node: a GCS table behind a Ray developer API in ``ray._private`` (checked Ray
     versions only; else None, and the story says '?')."""
-    from sweeps.execution import rayversion
+    from sweeps.execution.levers import rayversion
 
     if rayversion.unchecked():
         return None
@@ -135,7 +135,7 @@ def _free_per_node() -> dict[str, dict[str, float]] | None:
 
 
 def _other_jobs_actors() -> int:
-    from sweeps.execution import rayversion
+    from sweeps.execution.levers import rayversion
 
     if rayversion.unchecked():
         return 0

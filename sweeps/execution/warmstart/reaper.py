@@ -4,7 +4,7 @@ docs/ray.md, "Placement groups a stopped trial leaves". A trial's Train controll
 group's placement group; Ray removes a group whose creator actor died only once the creator's *job* has
 ended too, so the group of a trial that a scheduler stopped or paused, or that failed, holds its CPUs until
 the sweep ends. Train's own answer, a detached cleaner actor per run that polls the State API, needs the
-dashboard and costs a process per trial start. The lean trainer (:mod:`sweeps.execution.lean`) names each
+dashboard and costs a process per trial start. The lean trainer (:mod:`sweeps.execution.warmstart.lean`) names each
 group ``sweeps:<sweep>:<trial>:<run>`` instead, and this module removes, with Ray's public placement-group
 calls:
 

@@ -30,7 +30,7 @@ import posixpath
 from typing import Any
 
 from sweeps import uris
-from sweeps.execution.bridge import copy_checkpoint
+from sweeps.execution.train.bridge import copy_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ sockets (GPU trials). A user's own value of any of them is kept, and then the pr
 :func:`listeners` says so, for the parent run's tag and the report.
 
 The node address switch and the rendezvous backend use Ray internals (``ray._private.ray_constants``, Train's
-``_TorchBackend``): on a Ray version they were not checked against (:mod:`sweeps.execution.rayversion`) neither
+``_TorchBackend``): on a Ray version they were not checked against (:mod:`sweeps.execution.levers.rayversion`) neither
 is used, Ray's public path runs (its listeners on the node's address, Train's own rendezvous), a warning says
 so and :func:`listeners` tells the record and the report.
 """
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 def internals_missing() -> str | None:
     """Why the loopback levers cannot use Ray's internals here (an unchecked Ray version, a moved name), or None."""
-    from sweeps.execution import rayversion
+    from sweeps.execution.levers import rayversion
 
     if reason := rayversion.unchecked():
         return reason

@@ -4,7 +4,7 @@ A cluster may start with a 0-CPU head and no workers (KubeRay, ``ray up``): node
 them. So instead of refusing what the nodes alive at launch cannot hold, the sweep asks the autoscaler for one
 trial's worth (Ray's ``request_resources``) and waits, saying what it waits for, up to
 ``cluster.wait_for_resources_s``. Only a trial that no configured node type (``cluster.node_types``) could ever
-hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.concurrency`).
+hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.tuning.concurrency`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ import time
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput, SweepsError
-from sweeps.execution import shipping
-from sweeps.execution.plan import Plan, Resources, _fmt, cluster_resources, per_trial, total_trials, worker_bundle
+from sweeps.execution.cluster import shipping
+from sweeps.execution.resources.plan import (
+    Plan,
+    Resources,
+    _fmt,
+    cluster_resources,
+    per_trial,
+    total_trials,
+    worker_bundle,
+)
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0
@@ -162,6 +170,6 @@ def describe(spec: SweepSpec) -> str:
 
 
 def _lean() -> bool:
-    from sweeps.execution import warm
+    from sweeps.execution.warmstart import warm
 
     return warm.levers(local=False).lean
