@@ -59,6 +59,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 
+@pytest.fixture(autouse=True)
+def _levers_decided_afresh() -> Iterator[None]:
+    """A lever is decided once per process (sweeps.execution.levers.core); a test that changes the environment
+    (a pretended Ray version, SWEEPS_LEVERS_OFF) gets a fresh decision, and leaves none behind."""
+    from sweeps.execution.levers import core
+
+    core.forget()
+    yield
+    core.forget()
+
+
 def _template_store() -> Path:
     """An empty, migrated MLflow SQLite store, made once per machine and MLflow version.
 

@@ -16,6 +16,7 @@ import pytest
 
 from sweeps.execution.train import bridge
 from sweeps.execution.tuning import keeper
+from sweeps.trials import CheckpointBook
 
 
 def _controller_side(channel: bridge.Channel, token: bytes | None = None):  # noqa: ANN202
@@ -120,8 +121,10 @@ def _trial(tmp_path: Path, name: str, ckpt: Path | None) -> SimpleNamespace:
     path = tmp_path / "exp" / name
     path.mkdir(parents=True, exist_ok=True)
     checkpoint = SimpleNamespace(path=str(ckpt), filesystem=fs) if ckpt else None
-    return SimpleNamespace(trial_id=name, path=str(path), checkpoint=checkpoint, status="PAUSED",
-                           storage=SimpleNamespace(storage_filesystem=fs, trial_fs_path=str(path)))
+    return SimpleNamespace(trial_id=name, path=str(path), checkpoint=checkpoint, status="PAUSED", last_result={})
+
+
+FS = pafs.LocalFileSystem()
 
 
 def test_a_donor_checkpoint_is_pinned_and_seeds_the_recipient(tmp_path: Path) -> None:
@@ -130,8 +133,8 @@ def test_a_donor_checkpoint_is_pinned_and_seeds_the_recipient(tmp_path: Path) ->
     (donor_ckpt / "state.pt").write_bytes(b"donor")
     recipient = _trial(tmp_path, "recipient", donor_ckpt)
     own = _trial(tmp_path, "donor", donor_ckpt)  # its own checkpoint: nothing to pin
-    keeper._pin(recipient)
-    keeper._pin(own)
+    keeper._pin(recipient, FS)
+    keeper._pin(own, FS)
     pin = Path(recipient.path) / keeper.pin_name(str(donor_ckpt))
     assert (pin / "state.pt").read_bytes() == b"donor"
     assert not list(Path(own.path).glob(f"{keeper.PIN_PREFIX}*"))
@@ -139,7 +142,7 @@ def test_a_donor_checkpoint_is_pinned_and_seeds_the_recipient(tmp_path: Path) ->
 
     shutil.rmtree(donor_ckpt)  # the donor's num_to_keep deleted it: the recipient still has its copy
     (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").mkdir()
-    seed = keeper.seed_for(recipient.checkpoint, recipient.storage)
+    seed = keeper.seed_for(recipient.checkpoint, recipient.path)
     assert seed.path == str(pin)
     assert not (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").exists(), "stale pins are dropped"
 
@@ -157,7 +160,7 @@ def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None
     keep.mkdir()
     (Path(done.path) / f"{keeper.PIN_PREFIX}old").mkdir()
     (Path(ended.path) / keeper.pin_name(str(foreign))).mkdir()
-    keeper._sweep([waiting, done, ended], str(train_dir))
+    keeper._sweep([waiting, done, ended], str(train_dir), FS)
     assert not train_dir.exists()
     assert keep.is_dir()
     assert not list(Path(done.path).glob(f"{keeper.PIN_PREFIX}*"))
@@ -170,23 +173,27 @@ def test_a_train_folder_written_after_the_experiment_end_goes_once_ray_has_stopp
 
     train_dir = tmp_path / "sweep-train"
     (train_dir / "t1-abc123").mkdir(parents=True)
-    keeper._sweep([], str(train_dir))
+    keeper._sweep([], str(train_dir), FS)
     assert not train_dir.exists()
     (train_dir / "t1-abc123" / "checkpoint_000003").mkdir(parents=True)  # the dying worker's last write
     stop_ray()  # no Ray here: what a sweep's launch does as it ends
     assert not train_dir.exists()
 
 
-def _register(tmp_path: Path, trial: SimpleNamespace, index: int, acc: float, num_to_keep: int) -> None:
-    """What Tune does with a trial's new checkpoint: our callback first, then Tune's own manager registers it."""
+def _register(tmp_path: Path, trial: SimpleNamespace, index: int, acc: float, num_to_keep: int,
+              book: Any) -> None:
+    """What Tune does with a trial's new checkpoint: our callback first (it decides, then notes the checkpoint
+    in its book), then Tune's own manager registers it."""
     from ray.train._internal.session import _TrainingResult
     from ray.tune import Checkpoint
 
     path = Path(trial.path) / f"checkpoint_{index:06d}"
     path.mkdir()
     (path / "state.pt").write_bytes(f"epoch {index}".encode())
-    keeper.keep_latest(trial, str(path), num_to_keep)
+    keeper.keep_latest(trial, str(path), num_to_keep, book, FS)
     ckpt = Checkpoint(str(path), pafs.LocalFileSystem())
+    trial.last_result = {"val/acc": acc, "training_iteration": index + 1}
+    book.add(trial.trial_id, ckpt, trial.last_result)
     trial.run_metadata.checkpoint_manager.register_checkpoint(_TrainingResult(ckpt, {"val/acc": acc}))
     trial.checkpoint = ckpt
 
@@ -200,23 +207,51 @@ def test_the_latest_checkpoint_tune_deletes_is_kept_and_resume_puts_it_back(tmp_
     trial = _trial(tmp_path, "t", None)
     config = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="val/acc", checkpoint_score_order="min")
     trial.run_metadata = SimpleNamespace(checkpoint_manager=_CheckpointManager(config))
+    book = CheckpointBook("val/acc", "min")  # sweeps' own ranking (public): the decision above rests on it
     folder = Path(trial.path)
     for i in range(3):
-        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2)
+        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2, book=book)
     assert not (folder / f"{keeper.KEEP_PREFIX}checkpoint_000000").exists(), "the best one: Tune keeps it"
-    _register(tmp_path, trial, 3, 0.8, num_to_keep=2)
+    _register(tmp_path, trial, 3, 0.8, num_to_keep=2, book=book)
     assert not (folder / "checkpoint_000002").exists(), "Tune deleted the latest it had before"
     assert (folder / f"{keeper.KEEP_PREFIX}checkpoint_000002" / "state.pt").read_bytes() == b"epoch 2"
     for i in range(4, 9):
-        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2)
+        _register(tmp_path, trial, i, 0.5 + i / 10, num_to_keep=2, book=book)
+    tune_best = trial.run_metadata.checkpoint_manager.best_checkpoint_result.checkpoint.path
+    assert book.best("t")[0] == tune_best, "sweeps' ranking names Tune's best"
     kept = sorted(p.name for p in folder.glob(f"{keeper.KEEP_PREFIX}*"))
     assert kept == [f"{keeper.KEEP_PREFIX}checkpoint_00000{i}" for i in (4, 5, 6, 7)], "num_to_keep + 2 copies"
     assert keeper.restore_kept(str(tmp_path / "exp")) == 4
     assert (folder / "checkpoint_000007" / "state.pt").read_bytes() == b"epoch 7"
     assert keeper.restore_kept(str(tmp_path / "exp")) == 0, "only what is missing is put back"
     trial.status = "TERMINATED"
-    keeper._sweep([trial], str(tmp_path / "sweep-train"))
+    keeper._sweep([trial], str(tmp_path / "sweep-train"), FS)
     assert not list(folder.glob(f"{keeper.KEEP_PREFIX}*")), "a finished trial restores from nothing"
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_the_best_checkpoint_is_the_one_tunes_retention_ranks_first(tmp_path: Path, mode: str) -> None:
+    """The tracker and the reports name a trial's best checkpoint with sweeps' own ranking (public surfaces
+    only); Tune's retention keeps the one it ranks best. Ties and NaN, against Tune's real checkpoint manager:
+    the same checkpoint. (A report without the metric never gets this far: the metric check ends the sweep.)"""
+    import math
+
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune import Checkpoint, CheckpointConfig
+
+    manager = _CheckpointManager(CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="m",
+                                                  checkpoint_score_order=mode))
+    book = CheckpointBook("m", mode)
+    for i, value in enumerate([0.5, math.nan, 0.7, 0.7, 0.2, 0.5, 0.2]):
+        path = tmp_path / f"checkpoint_{i:06d}"
+        path.mkdir()
+        ckpt = Checkpoint(str(path), FS)
+        metrics = {"m": value}
+        book.add("t", ckpt, metrics)
+        manager.register_checkpoint(_TrainingResult(ckpt, metrics))
+        assert book.best("t")[0] == manager.best_checkpoint_result.checkpoint.path, (i, value)
+    assert [r.checkpoint.path for r in manager.best_checkpoint_results][-1] == book.ranked("t")[0]
 
 
 # ---- the Ray internals the bridge relies on -----------------------------------------------------------------

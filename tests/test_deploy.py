@@ -124,7 +124,7 @@ def test_elastic_random_search_is_not_a_restored_searcher() -> None:
 
     cap = Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 2)
     elastic = make_elastic(BasicVariantGenerator(max_concurrent=2), cap, Census())
-    assert type(elastic).__name__ == "ElasticVariants" and not is_restored(elastic)
+    assert type(elastic).__name__ == "GatedVariants" and not is_restored(elastic)
     assert is_restored(make_elastic(OptunaSearch(metric="m", mode="max"), cap, Census()))
     assert isinstance(make_elastic(OptunaSearch(metric="m", mode="max"), cap, Census()), ConcurrencyLimiter)
 
@@ -291,8 +291,9 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from sweeps.execution.resources import plan as plan_mod
-    from sweeps.execution.tuning.concurrency import Capacity, Census, census_callback, make_elastic, process_census
-    from sweeps.execution.tuning.tuner import observers
+    from sweeps.execution.tuning import session
+    from sweeps.execution.tuning.callbacks import watchers
+    from sweeps.execution.tuning.concurrency import Capacity, Census, make_elastic
     from sweeps.ops.prepare import prepare
 
     class Fixed(Capacity):
@@ -300,23 +301,22 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
             return 2
 
     alg = make_elastic(BasicVariantGenerator(max_concurrent=2), Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 0),
-                       process_census())
+                       session.census_of("s1"))
     restored = pickle.loads(ray.cloudpickle.dumps(alg))
-    cells = [c.cell_contents for c in type(restored).next_trial.__closure__ or ()]
+    cells = [c.cell_contents for gate in restored.gates for c in gate.__closure__ or ()]
     (census,) = [c for c in cells if isinstance(c, Census)]
-    assert census is process_census()
+    assert census is session.census_of("s1")
     spec = prepare(["+experiment=quickstart", "cluster=remote", "tracking.uri=http://127.0.0.1:5000"])
     local = prepare(["+experiment=quickstart"])
     the_plan = plan_mod.make_plan(local, plan_mod.local_resources(local), local=True)
-    census_type = type(census_callback(process_census()))
-    (callback,) = [c for c in observers(spec, the_plan, "s1", "s1") if type(c).__name__ == census_type.__name__]
+    callback = watchers(spec, the_plan, "s1", "s1")["census"]
 
     class Paused:
         status, trial_id = "PAUSED", "t1"
 
     callback.on_step_begin(0, [Paused()])
     assert census.paused == {"t1"}
-    assert not [c for c in observers(local, the_plan, "s1", "s1") if type(c).__name__ == census_type.__name__], \
+    assert "census" not in watchers(local, the_plan, "s1", "s1"), \
         "the embedded Ray has no census: a paused trial gives its slot back"
 
 
@@ -331,14 +331,15 @@ def test_a_paused_trial_is_resumed_only_while_the_cluster_has_room_for_it() -> N
     import ray.cloudpickle
     from ray.tune.schedulers import FIFOScheduler
 
-    from sweeps.execution.tuning.concurrency import Capacity, gate_resumes
+    from sweeps.execution.tuning.concurrency import Capacity, capacity_gate
+    from sweeps.execution.tuning.wrappers import sweep_scheduler
 
     class Fixed(Capacity):
         def _compute(self) -> int:
             return 2
 
-    scheduler = gate_resumes(FIFOScheduler(), Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 0))
-    assert isinstance(scheduler, FIFOScheduler) and type(scheduler).__name__ == "FIFOScheduler"
+    scheduler = sweep_scheduler(FIFOScheduler(), [capacity_gate(Fixed({"CPU": 2.0}, {"CPU": 1.0}, 1, 0))])
+    assert isinstance(scheduler.inner, FIFOScheduler) and "FIFO" not in type(scheduler).__name__
 
     def controller(*statuses: str) -> SimpleNamespace:
         trials = [SimpleNamespace(status=s, trial_id=f"t{i}") for i, s in enumerate(statuses)]

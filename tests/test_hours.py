@@ -19,7 +19,7 @@ from sweeps.execution.tuning.stall import Watch
 
 def ledger(cpu_hours: float | None = None, prior: tuple[float, float] = (0.0, 0.0),
            estimate: float | None = None, cpus: float = 3.0, gpus: float = 0.0) -> hours.Ledger:
-    return hours.process_ledger().configure(BudgetCfg(cpu_hours, None), cpus, gpus, 4, prior, estimate)
+    return hours.ledger_of("s").configure(BudgetCfg(cpu_hours, None), cpus, gpus, 4, prior, estimate)
 
 
 def test_a_trial_holds_its_bundle_from_start_to_end_and_a_pause_releases_it() -> None:
@@ -70,9 +70,11 @@ def test_a_spent_budget_says_so() -> None:
     assert led.spent() and not led.admits_next()
 
 
-def test_a_pickled_ledger_is_this_processs_ledger() -> None:
+def test_a_pickled_ledger_is_this_processs_ledger_of_the_same_sweep() -> None:
     led = ledger(cpu_hours=1.0)
-    assert pickle.loads(pickle.dumps(led)) is hours.process_ledger() is led
+    assert pickle.loads(pickle.dumps(led)) is hours.ledger_of("s") is led
+    other = hours.ledger_of("other")
+    assert other is not led and pickle.loads(pickle.dumps(other)) is other, "two sweeps never share a ledger"
 
 
 def test_the_watchdog_speaks_after_twice_the_longest_gap_and_ends_after_its_limit() -> None:
@@ -93,7 +95,7 @@ def test_an_extension_prices_its_next_trial_from_the_sweeps_own_hours(tmp_path, 
     from types import SimpleNamespace
 
     from sweeps import store
-    from sweeps.execution.tuning.tuner import trial_seconds
+    from sweeps.execution.tuning.callbacks import trial_seconds
 
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
     assert store.latest_for("quickstart") is None, "no finished sweep of the experiment to go by"
@@ -102,7 +104,7 @@ def test_an_extension_prices_its_next_trial_from_the_sweeps_own_hours(tmp_path, 
     plan = SimpleNamespace(per_trial={"CPU": 2.0, "GPU": 1.0})
     one = trial_seconds(spec, plan, own)  # type: ignore[arg-type]
     assert one == pytest.approx(12.0)
-    led = hours.process_ledger().configure(BudgetCfg(None, 15 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600), one)
+    led = hours.ledger_of("s").configure(BudgetCfg(None, 15 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600), one)
     assert not led.admits_next(), "12 GPU-s held + a 12 s trial > 15"
-    assert hours.process_ledger().configure(BudgetCfg(None, 30 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600),
+    assert hours.ledger_of("s").configure(BudgetCfg(None, 30 / 3600), 2.0, 1.0, 2, (24 / 3600, 12 / 3600),
                                             one).admits_next()

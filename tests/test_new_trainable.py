@@ -172,12 +172,13 @@ def test_new_from_rays_linear_example_writes_a_config_that_passes_its_own_checks
 def test_a_report_without_the_sweep_metric_stops_every_trial_and_names_the_override() -> None:
     import ray.cloudpickle
 
-    from sweeps.execution.tuning import firstreport
+    from sweeps.execution.tuning import firstreport, session
 
+    session.start("s1")
     firstreport.arm()
     assert os.environ[firstreport.ENV] == "1", "Tune's own check (a traceback) is off: this one says more"
     budget: list[str] = []
-    stop = firstreport.guarded(lambda tid, r: budget.append(tid) or False, ("val/acc",), multi=False,
+    stop = firstreport.guarded("s1", lambda tid, r: budget.append(tid) or False, ("val/acc",), multi=False,
                                declared=("val/acc",))
     assert stop("t1", {"val/acc": 0.5, "training_iteration": 1}) is False and not stop.stop_all()
     lacking = {"loss": 0.3, "epoch": 0, "training_iteration": 1, "time_total_s": 1.0, "trial_id": "t2",
@@ -185,13 +186,17 @@ def test_a_report_without_the_sweep_metric_stops_every_trial_and_names_the_overr
     assert stop("t2", lacking) is True, "the trial stops before any scheduler or searcher sees the result"
     assert stop.stop_all(), "and so does the whole sweep"
     assert budget == ["t1"]
-    said = firstreport.problem() or ""
+    said = firstreport.problem("s1") or ""
     assert "the first report of trial t2 has no val/acc; the loop reported loss, epoch." in said, said
     assert "`sweep.metric=loss sweep.mode=min 'trainable.metrics=[loss,epoch]'`" in said, said
     restored = ray.cloudpickle.loads(ray.cloudpickle.dumps(stop))  # `sweeps resume` unpickles tuner.pkl
     assert restored.stop_all()
-    firstreport.arm()
-    assert not restored.stop_all() and firstreport.problem() is None
+    session.start("s1")  # the resumed run's session: its own verdict, none yet
+    assert not restored.stop_all() and firstreport.problem("s1") is None
+    session.start("s2")
+    other = firstreport.guarded("s2", lambda tid, r: False, ("val/acc",), multi=False)
+    assert other("t9", lacking) and other.stop_all() and not restored.stop_all(), \
+        "two sweeps in one process never share a verdict"
 
 
 # -- Ray's own linear example, swept as it is (issue #33): one scaffold, shared by the slow tests below ----------

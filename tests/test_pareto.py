@@ -70,22 +70,37 @@ def test_combinations_ray_or_optuna_cannot_run_are_refused(sweeps_env: Any, caps
     assert says in capsys.readouterr().err
 
 
-def test_a_multi_objective_sweep_builds_optuna_with_every_objective_and_the_constraints(sweeps_env: Any) -> None:
-    from sweeps.execution.tuning.searchers import build_scheduler, build_searcher
+@pytest.mark.parametrize("lever", ["on", "off"])
+def test_a_multi_objective_sweep_builds_optuna_with_every_objective_and_the_constraints(
+        sweeps_env: Any, lever: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a trial's constraint values reach Optuna (the optuna_constraints lever: Trial.set_constraint;
+    its fallback: the sampler's constraints_func): a completed trial's Optuna trial holds them."""
+    from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, param_space
     from sweeps.ops.prepare import prepare
 
+    if lever == "off":
+        monkeypatch.setenv("SWEEPS_LEVERS_OFF", "optuna_constraints")
     spec = prepare(["+experiment=digits_pareto", "sweep.constraints={model/params: '<= 5000'}"])
     searcher = build_searcher(spec, 0)
-    assert searcher._metric == ["val/acc", "model/params"] and searcher._mode == ["max", "min"]
-    assert type(searcher._sampler).__name__ == "NSGAIISampler"
-    assert type(searcher).__name__ == "ConstrainedOptunaSearch", "the constraints reach Optuna's trials"
+    optuna_search = searcher.searcher
+    assert optuna_search._metric == ["val/acc", "model/params"] and optuna_search._mode == ["max", "min"]
+    assert type(optuna_search._sampler).__name__ == "NSGAIISampler"
+    searcher.set_search_properties(None, None, param_space(spec))
+    config = searcher.suggest("t0")
+    searcher.on_trial_complete("t0", {"val/acc": 0.9, "model/params": 9000.0, **config})
+    (done,) = optuna_search._ot_study.trials
+    assert list(done.constraints.values()) == [4000.0], "9000 params > 5000: infeasible by 4000"
+    assert done.values == [0.9, 9000.0]
     scheduler = build_scheduler(spec)
     assert (scheduler._metric, scheduler._mode) == ("val/acc", "max"), "ASHA stops trials on the primary"
 
 
+@pytest.mark.parametrize("lever", ["on", "off"])
 @pytest.mark.parametrize("sampler", ["NSGAIISampler", "NSGAIIISampler"])
-def test_a_genetic_samplers_searcher_pickles_as_tune_saves_it_and_still_suggests(sampler: str) -> None:
-    """Tune pickles the searcher into tuner.pkl and its state files; optuna 5.1's GA samplers hold a lock."""
+def test_a_genetic_samplers_searcher_pickles_as_tune_saves_it_and_still_suggests(
+        sampler: str, lever: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune pickles the searcher into tuner.pkl and its state files; optuna 5.1's GA samplers hold a lock (the
+    optuna_ga_lock lever swaps it; its fallback carries the sampler in a proxy that pickles as its config)."""
     import pickle
 
     import ray.cloudpickle as cloudpickle
@@ -93,9 +108,13 @@ def test_a_genetic_samplers_searcher_pickles_as_tune_saves_it_and_still_suggests
     from sweeps.config import build, compose
     from sweeps.execution.tuning.searchers import build_searcher, param_space
 
+    if lever == "off":
+        monkeypatch.setenv("SWEEPS_LEVERS_OFF", "optuna_ga_lock")
+
     spec = build.build_spec(compose.compose(["+experiment=digits_pareto",
                                              f"searcher.sampler._target_=optuna.samplers.{sampler}"]))
     searcher = build_searcher(spec, 0)
+    assert type(searcher._sampler).__name__ == (sampler if lever == "on" else "Rebuilt")
     for dumps, loads in ((cloudpickle.dumps, cloudpickle.loads), (pickle.dumps, pickle.loads)):
         clone = loads(dumps(searcher))
         clone.set_search_properties(None, None, param_space(spec))

@@ -259,16 +259,16 @@ def test_token_mode_is_turned_on_in_process_only_on_a_checked_ray(monkeypatch: p
     stops before connecting and says what to export."""
     from sweeps.errors import BadInput
     from sweeps.execution.cluster import raystart
-    from sweeps.execution.levers import rayversion
+    from sweeps.execution.levers import core as levers_core
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "t")
-    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
     with pytest.raises(BadInput, match="RAY_AUTH_TOKEN.*export RAY_AUTH_MODE=token and run again"):
-        raystart._enable_driver_auth()
+        raystart.enable_driver_auth()
     assert "RAY_AUTH_MODE" not in __import__("os").environ
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what the user exports: nothing left to do
-    raystart._enable_driver_auth()
+    raystart.enable_driver_auth()
 
 
 def test_connection_error_names_the_variables() -> None:
@@ -307,11 +307,11 @@ def test_on_an_unchecked_ray_the_loopback_levers_take_rays_public_path_and_say_s
     import ray._private.services as services
 
     from sweeps.execution.cluster import loopback
-    from sweeps.execution.levers import rayversion
+    from sweeps.execution.levers import core as levers_core
 
     monkeypatch.delenv(loopback.SWITCH, raising=False)
     assert loopback.internals_missing() is None, "the installed Ray is the checked one"
-    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
     before = rc.ENABLE_RAY_CLUSTER
     with caplog.at_level("WARNING", logger="sweeps.execution.cluster.loopback"):
         loopback.enter_local()
@@ -324,11 +324,11 @@ def test_on_an_unchecked_ray_the_loopback_levers_take_rays_public_path_and_say_s
     finally:
         loopback.leave_local()
     assert rc.ENABLE_RAY_CLUSTER == before
-    monkeypatch.delenv(rayversion.TEST_VERSION)
+    monkeypatch.delenv(levers_core.TEST_RAY_VERSION)
     loopback.enter_local()  # a loopback node address, as on the checked Ray
     try:
         assert loopback.torch_config() is not None, "the checked Ray: the loopback rendezvous"
-        monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+        monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
         assert loopback.torch_config() is None, "a loopback node on an unchecked Ray: still Train's own rendezvous"
     finally:
         loopback.leave_local()

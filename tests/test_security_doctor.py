@@ -73,11 +73,11 @@ def test_doctor_reports_ok_and_failures(capsys: pytest.CaptureFixture[str], swee
 
 def test_doctor_says_where_the_embedded_ray_would_listen(capsys: pytest.CaptureFixture[str], sweeps_env,  # noqa: ANN001
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.execution.levers import rayversion
+    from sweeps.execution.levers import core as levers_core
 
     assert cli_main.main(["doctor"]) == 0
     assert "[ok  ] embedded Ray listeners  loopback only" in capsys.readouterr().out
-    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
     assert cli_main.main(["doctor"]) == 0, "a warning, not a failure: the sweep still runs"
     out = capsys.readouterr().out
     assert "[warn] embedded Ray listeners  the node's address, not loopback: Ray's public path" in out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.execution.levers import rayversion
+from sweeps.execution.levers import core as levers_core
 from sweeps.execution.warmstart import reaper, warm
 
 
@@ -24,13 +24,15 @@ from sweeps.execution.warmstart import reaper, warm
 def _fresh_levers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(warm, "_current", None)
     monkeypatch.delenv(warm.SWITCH, raising=False)
-    monkeypatch.delenv(rayversion.TEST_VERSION, raising=False)
+    monkeypatch.delenv(levers_core.TEST_RAY_VERSION, raising=False)
 
 
 def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
     import ray
 
-    assert ray.__version__.startswith(rayversion.CHECKED), "the installed Ray is the one the levers were read against"
+    from sweeps.execution.levers import lean_trainer
+
+    assert ray.__version__.startswith(lean_trainer.LEVER.checked), "the installed Ray is the one the levers were read against"
     levers = warm.levers(local=True)
     assert (levers.lean, levers.pool, levers.reuse) == (True, True, False), levers.why_off
     assert levers.describe().startswith("warm start: lean, pool; reuse off (opt-in")
@@ -39,7 +41,7 @@ def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
 @pytest.mark.parametrize("version", ["2.59.1", "2.61.0", "3.0.0"])
 def test_another_ray_version_falls_back_to_the_public_path_and_says_why(
         version: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(rayversion.TEST_VERSION, version)
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, version)
     levers = warm.levers(local=True)
     assert not levers.lean and not levers.pool and not levers.reuse
     assert f"ray {version} is not a version it was checked against" in levers.why_off["lean"]
@@ -60,7 +62,7 @@ def test_a_trial_setup_follows_the_levers(monkeypatch: pytest.MonkeyPatch) -> No
     spec = build.build_spec(compose.compose(["+experiment=quickstart"]))
     assert tuner.trial_setup(spec, "s1").lean and not tuner.reuse_actors(spec)
     monkeypatch.setattr(warm, "_current", None)
-    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
     assert not tuner.trial_setup(spec, "s1").lean
     monkeypatch.setenv("SWEEPS_REUSE_ACTORS", "1")
     assert tuner.reuse_actors(spec), "an explicit SWEEPS_REUSE_ACTORS wins"
@@ -149,7 +151,7 @@ def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
     watch = stall.Watch("sw", {"CPU": 2.0}, None)
     checked = stall.explain(watch, [])
     assert "free: node " in checked and ": CPU=2 of CPU=2" in checked, checked
-    monkeypatch.setenv(rayversion.TEST_VERSION, "2.61.0")
+    monkeypatch.setenv(levers_core.TEST_RAY_VERSION, "2.61.0")
     public = stall.explain(watch, [])
     assert "free: node " in public and ": ? of CPU=2" in public, public
     assert stall._other_jobs_actors() == 0
@@ -172,7 +174,9 @@ def test_warm_processes_preload_torch_only_where_a_core_is_free_for_it(
     monkeypatch.delenv(pool.PRELOAD_SWITCH, raising=False)
     got, why = pool.preload(at_once, workers, cores)
     assert got is preloads, why
-    assert bool(pool.raylet_settings(got).get("preload_python_modules")) is preloads
+    from sweeps.execution.levers import raylet_config
+
+    assert bool(raylet_config.init_kwargs(got).get("_system_config")) is preloads
 
 
 def test_sweeps_preload_forces_the_preload_either_way(monkeypatch: pytest.MonkeyPatch) -> None:

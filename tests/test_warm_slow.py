@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, SweepsEnv
 
 from sweeps import uris
-from sweeps.execution.levers import rayversion
+from sweeps.execution.levers import core as levers_core
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def test_an_unchecked_ray_runs_the_sweep_on_rays_public_path_and_says_so(tmp_pat
     try:
         out = env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
                       "trainable.num_workers=2", "report.enabled=false", *FAST,
-                      extra_env={rayversion.TEST_VERSION: "2.61.0"}, timeout=600)
+                      extra_env={levers_core.TEST_RAY_VERSION: "2.61.0"}, timeout=600)
         said = out.stdout + out.stderr
         assert out.returncode == 0, said[-4000:]
         (path,) = list((env.home / "sweeps").glob("[!.]*.json"))

@@ -17,6 +17,7 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config.spec import BudgetCfg, SweepSpec
 from sweeps.errors import BadInput
+from sweeps.execution.tuning import session
 from sweeps.ops.heartbeat import Heartbeat, refuse_if_live
 from sweeps.ops.signals import Signals
 
@@ -94,6 +95,7 @@ def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_
             tuner.fit()
     finally:
         tracker.close_open("KILLED")
+        session.end(name)
     found = intervals(load_records(rec.confirm_dirs, rec.metric, rec.mode), rec.metric, rec.mode)
     note = winner_note(found, (rec.best or {}).get("params"))
     rows = [{"digest": i.digest, "params": i.params, "n": i.n, "mean": i.mean, "std": i.std, "low": i.low,

@@ -40,6 +40,7 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
     check_remote(spec)
     if not local:
+        raystart.enable_driver_auth()  # before Ray is imported where it can be: Ray reads the mode at import
         remote.check_node_types(spec)
     mc.probe(spec.tracking.uri)
     storage.check_storage(spec.storage_path)

@@ -37,7 +37,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     """
     from ray import tune
 
-    from sweeps.execution.tuning import keeper
+    from sweeps.execution.tuning import callbacks, keeper
     from sweeps.execution.tuning import tuner as tuner_mod
 
     rec = store.load(sweep_id)
@@ -56,17 +56,12 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         # A killed driver's last saved state may name a latest checkpoint that Tune deleted after saving it.
         keeper.restore_kept(exp_dir)
         tracker = runner.make_tracker(spec, rec)
+        # The restored Tuner's callbacks are handles (sweeps.execution.tuning.session): registered here first,
+        # the tracker (same parent run), the status line, the watchdog and the hours ledger (from the hours the
+        # sweep held so far: a budget is the sweep's, across resume and extend) are this run's.
+        callbacks.register(spec, the_plan, rec.sweep_id, uris.basename(exp_dir), [tracker])
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
-        # The pickled run config holds the old callback objects; track with a fresh one (same parent run).
-        internal = tuner._local_tuner  # noqa: SLF001 - no public setter for callbacks after restore
-        if internal is None:
-            raise BadInput("cluster.address: resume through Ray Client (ray://) is not supported; use auto")
-        # The status line, the watchdog and the hours ledger (from the hours the sweep held so far) come back too:
-        # a budget is the sweep's, across resume and extend.
-        internal.get_run_config().callbacks = [
-            tracker, *tuner_mod.observers(spec, the_plan, rec.sweep_id, rec.sweep_id),
-            *tuner_mod.run_callbacks(spec, rec.sweep_id, the_plan)]
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
         return runner.fit_and_finish(spec, rec, tuner, tracker, c)
 

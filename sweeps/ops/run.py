@@ -18,7 +18,7 @@ from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.cluster import loopback, raystart
 from sweeps.execution.resources.plan import per_trial
-from sweeps.execution.tuning import firstreport, stall
+from sweeps.execution.tuning import session
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -125,6 +125,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
     ``confirm.enabled``, re-run the top configurations with fresh seeds before the report and promotion."""
     t0 = time.monotonic()
     status, interrupted = "failed", False
+    run_name = uris.basename(rec.experiment_dirs[-1])  # the Tune run: its session holds what the run saw
     signals = Signals(on_stop=lambda: setattr(tracker, "drain_s", STOP_DRAIN_S))
     try:
         with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id):
@@ -149,15 +150,17 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
-            stuck, lacking = stall.stalled(), firstreport.problem()
+            seen = session.outcome(run_name)
+            stuck, lacking = seen.stalled, seen.metric_missing
             if stuck and interrupted:
                 reason = "stalled"
                 _tag_error(c, rec, f"stalled: {stuck}")
             if lacking:  # not resumable: the metric is part of the sweep's digest; the fix is a new run
                 interrupted, status, reason = False, "failed", "metric_missing"
                 _tag_error(c, rec, lacking)
-            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, _hours(spec, summ),
+            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, seen.hours,
                                 _front(spec, records_))
+            session.end(run_name)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
                   missing_metric=lacking)
     if lacking:  # nothing to confirm, report or promote: no trial reported the metric
@@ -224,14 +227,6 @@ def _front(spec: SweepSpec, records_: list[Any]) -> list[dict[str, Any]]:
     from sweeps.reports.pareto import points, to_dicts
 
     return to_dicts(points(records_, spec.sweep.objectives, spec.sweep.constraints))
-
-
-def _hours(spec: SweepSpec, summ: summary.Summary) -> dict[str, float | None]:
-    """Resource-hours the sweep's trials held (the ledger: driver + workers from each trial's start to its end,
-    earlier runs of the sweep included) and the budget, for the record."""
-    from sweeps.execution.tuning.hours import process_ledger
-
-    return process_ledger().record()
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,

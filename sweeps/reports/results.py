@@ -14,7 +14,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config import stored
-from sweeps.trials import best_checkpoint, trial_location
+from sweeps.trials import ERROR_FILE, best_of, stored_checkpoints, trial_location
 
 HISTORY_SKIP = {"config", "date", "hostname", "node_ip", "pid", "trial_id", "experiment_tag", "done",
                 "checkpoint_dir_name", "should_checkpoint", "timestamp"}
@@ -90,9 +90,11 @@ def read_history(trial_dir: str) -> list[dict[str, float]]:
     return [_numeric(row) for row in _rows(trial_dir)]
 
 
-def _checkpoint_fields(trial: Any, metric: str) -> dict[str, Any]:
-    found = best_checkpoint(trial)
-    if found is None or not uris.exists(found[0]):
+def _checkpoint_fields(trial_dir: str, rows: list[dict[str, Any]], metric: str, mode: str) -> dict[str, Any]:
+    """The trial's best checkpoint still in storage (:func:`sweeps.trials.best_of`, the ranking the tracker
+    uses too), with the sweep metric and iteration of the report that made it."""
+    found = best_of(stored_checkpoints(trial_dir, rows), metric, mode)
+    if found is None:
         return {}
     location, metrics = found
     value = metrics.get(metric)
@@ -102,11 +104,12 @@ def _checkpoint_fields(trial: Any, metric: str) -> dict[str, Any]:
             "best_checkpoint_iteration": int(iteration) if isinstance(iteration, int | float) else None}
 
 
-def error_file(trial: Any) -> str | None:
-    """Where the trial's error (its traceback) is in storage."""
-    name = getattr(trial.run_metadata, "error_filename", None)
-    location = trial_location(trial)
-    return uris.join(location, name) if name and location else None
+def error_file(trial_dir: str | None) -> str | None:
+    """Where the trial's error (its traceback) is in storage, if Tune wrote one."""
+    if not trial_dir:
+        return None
+    location = uris.join(trial_dir, ERROR_FILE)
+    return location if uris.exists(location) else None
 
 
 def error_text(location: str | None) -> str | None:
@@ -145,29 +148,32 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
     for exp_dir in experiment_dirs:
         if not any(n.startswith("experiment_state-") for n in uris.listdir(exp_dir)):
             continue
+        fs, _ = uris.filesystem(exp_dir)
         for trial in ExperimentAnalysis(exp_dir).trials:
-            record = _record(trial, metric, epochs, settled)
+            record = _record(trial, metric, mode, epochs, settled, fs)
             if settled and not record.history and record.status == "TERMINATED":
                 continue  # queued but never started before the sweep ended (a time or resource budget)
             records.append(record)
     return records
 
 
-def _record(trial: Any, metric: str, epochs: int | None, settled: bool) -> TrialRecord:
-    location = trial_location(trial)
-    history = read_history(location) if location else []
+def _record(trial: Any, metric: str, mode: str, epochs: int | None, settled: bool, fs: Any) -> TrialRecord:
+    location = trial_location(trial, fs)
+    rows = _rows(location) if location else []
+    history = [_numeric(row) for row in rows]
     last = history[-1] if history else {}
     status = "TERMINATED" if settled and trial.status == "PAUSED" else trial.status
     iteration = last.get("training_iteration")  # what Tune counted, whatever the loop calls its epochs
     budget = (trial.config or {}).get("epochs", epochs)
     # Tune marks a scheduler-stopped trial done=True too: compare with the epoch budget instead.
     early = bool(status == "TERMINATED" and budget and iteration is not None and iteration < budget)
-    err = error_file(trial) if status == "ERROR" else None
+    err = error_file(location) if status == "ERROR" else None
     return TrialRecord(
         trial_id=trial.trial_id, status=status,
         params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
         history=history, early_stopped=early, error=error_text(err), error_file=err,
-        path=location, num_failures=trial.num_failures, **_checkpoint_fields(trial, metric),
+        path=location, num_failures=trial.num_failures,
+        **(_checkpoint_fields(location, rows, metric, mode) if location else {}),
     )
 
 

@@ -8,12 +8,8 @@ flush, so an MLflow server that is down for a while loses nothing.
 from __future__ import annotations
 
 import logging
-import math
-import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from sweeps import uris
@@ -35,9 +31,9 @@ from sweeps.tracking.client import (
     client,
     find_runs,
     log_params,
-    set_tags,
 )
-from sweeps.trials import best_checkpoint, config_digest, error_text, trial_location
+from sweeps.tracking.endings import Endings
+from sweeps.trials import CheckpointBook, config_digest
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +48,13 @@ def make_callback(**kwargs: Any) -> Any:
     return MlflowTrackingCallback(**kwargs)
 
 
-class _Tracker:
+class _Tracker(Endings):
     """Tune callback body: child runs, batched metrics, best checkpoints, final statuses."""
 
     def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, sweep_id: str, metric: str,
                  mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
                  log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = (),
-                 confirm: bool = False) -> None:
+                 confirm: bool = False, storage_path: str = "") -> None:
         self.secrets = set(secrets) | redaction.known()
         self.uri = redaction.public_uri(uri)  # the password (if any) stays in this process's memory only
         self.experiment_id = experiment_id
@@ -81,13 +77,26 @@ class _Tracker:
         self.last_flush = 0.0
         self.failed_sends = 0
         self._client: Any = None
+        self.storage_path = storage_path  # the trials' folders are on its filesystem
+        self.book = CheckpointBook(metric, mode)  # every checkpoint each trial reported (its best: the tag)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
         state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
         state["secrets"] = set()  # no secret at rest: a restored tracker is replaced by a fresh one (resume)
+        state["_fs"] = None
         return state
+
+    @property
+    def storage_fs(self) -> Any:
+        if getattr(self, "_fs", None) is None:
+            self._fs = uris.filesystem(self.storage_path)[0] if self.storage_path else None
+        return self._fs
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        """Tune registers a checkpoint with the result it came with (``trial.last_result`` here)."""
+        self.book.add(trial.trial_id, checkpoint, trial.last_result)
 
     # -- plumbing ---------------------------------------------------------------------------------------
     @property
@@ -146,12 +155,6 @@ class _Tracker:
             sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
             log_params(self.client, run.info.run_id, {**self.fixed_params, **sampled})
         return self.runs[tid]
-
-    def _score(self, result: Mapping[str, Any]) -> float | None:
-        v = result.get(self.metric)
-        if not isinstance(v, int | float) or not math.isfinite(v) or result.get("sweeps/nonfinite"):
-            return None
-        return float(v) if self.mode == "max" else -float(v)
 
     def flush(self, force: bool = False) -> bool:
         """Send buffered metrics; keep them on failure. Returns True when nothing is left pending."""
@@ -231,90 +234,3 @@ class _Tracker:
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         self.drain(self.drain_s)
-
-    # -- endings ----------------------------------------------------------------------------------------
-    def _safe(self, fn: Any) -> None:
-        try:
-            with self.timer:
-                fn()
-        except Exception as exc:
-            log.warning("MLflow call failed: %s", exc)
-
-    def _finish(self, trial: Any, status: str) -> None:
-        """Queue the trial's final writes (metrics, error, best checkpoint, tags, status) and try them now.
-
-        If MLflow is unreachable they stay queued: every later flush retries, and :meth:`drain` at the end
-        of the sweep waits for them, so a server that is down for a while loses nothing.
-        """
-        last = trial.last_result or {}
-        done = last.get("training_iteration")  # Tune's count: a loop's own `epoch` may start at 0
-        budget = (trial.config or {}).get("epochs", self.epochs)
-        early = bool(status == "FINISHED" and budget and isinstance(done, int | float) and done < budget)
-        tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
-                "retries": str(trial.num_failures), "trial_dir": trial_location(trial) or ""}
-        error = None
-        if status == "FAILED":
-            error = redaction.scrub(error_text(trial), self.secrets)
-        best = best_checkpoint(trial)  # Tune's own ranking: the checkpoint promotion registers too
-        if best is not None:
-            tags["best_checkpoint"] = best[0]
-            tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
-        self.finals[trial.trial_id] = (trial, status, tags, error, best[0] if best else None)
-        self.flush(force=True)
-
-    def _try_finals(self) -> bool:
-        for tid, (trial, status, tags, error, ckpt) in list(self.finals.items()):
-            if self.buffers.get(tid):
-                return False  # metrics first: a FINISHED run must already hold its history
-            try:
-                run_id = self._run_for(trial)
-                with self.timer:
-                    if error is not None:
-                        self._log_error(run_id, error)
-                    if ckpt and self.log_checkpoints and uris.is_dir(ckpt):
-                        with uris.local_copy(ckpt) as folder:
-                            self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
-                    set_tags(self.client, run_id, tags)
-                    self.client.set_terminated(run_id, status=status)
-                self.opened.discard(run_id)
-                del self.finals[tid]
-            except Exception as exc:
-                log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
-                return False
-        return True
-
-    def drain(self, timeout_s: float = 120.0) -> bool:
-        """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.flush(force=True) and not self.finals:
-                return True
-            if time.monotonic() > deadline:
-                left = sum(map(len, self.buffers.values()))
-                log.warning("MLflow still unreachable: %d metric value(s) and %d run ending(s) not written; "
-                            "`python -m sweeps sync SWEEP_ID` back-fills them from the Ray results",
-                            left, len(self.finals))
-                return False
-            time.sleep(2.0)
-
-    def _log_error(self, run_id: str, text: str) -> None:
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "error.txt").write_text(text)
-            self.client.log_artifact(run_id, os.path.join(d, "error.txt"))
-        self.client.set_tag(run_id, "error", text.strip().splitlines()[-1][:500] if text.strip() else "")
-
-    def close_open(self, status: str = "KILLED") -> None:
-        """End every run this tracker opened that is not final yet (Ctrl-C, crash), within ``drain_s``."""
-        deadline = time.monotonic() + self.drain_s
-        self.drain(timeout_s=self.drain_s)
-        self.dedupe()
-        for run_id in sorted(self.opened):
-            if time.monotonic() > deadline:
-                log.warning("MLflow: %d run(s) left open after %.0f s; `python -m sweeps sync` closes them",
-                            len(self.opened), self.drain_s)
-                return
-            try:
-                self.client.set_terminated(run_id, status=status)
-                self.opened.discard(run_id)
-            except Exception as exc:
-                log.warning("MLflow: could not close run %s (%s)", run_id, exc)

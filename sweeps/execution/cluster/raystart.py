@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -12,7 +13,7 @@ from sweeps import ports
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.cluster import loopback, shipping
-from sweeps.execution.levers import rayversion
+from sweeps.execution.levers import auth_refresh, core
 from sweeps.execution.warmstart import pool, warm
 
 log = logging.getLogger(__name__)
@@ -67,21 +68,24 @@ def driver_auth_env(env: Mapping[str, str], home: str) -> dict[str, str]:
     return {}
 
 
-def _enable_driver_auth() -> None:
+def enable_driver_auth() -> None:
+    """A driver joining a cluster: ``RAY_AUTH_MODE=token`` when it holds a token and the mode is unset (called
+    before anything imports Ray where it can be; else Ray's cached config is refreshed, or the user is asked)."""
     extra = driver_auth_env(os.environ, os.path.expanduser("~"))
     if not extra:
         return
-    if reason := rayversion.unchecked():
+    imported = "ray" in sys.modules and hasattr(sys.modules["ray"], "init")
+    if imported and not core.applies(auth_refresh.LEVER):
         source = token_source(os.environ, os.path.expanduser("~"))
         raise BadInput(f"cluster.address: this driver has a Ray token ({source}) but RAY_AUTH_MODE is not set; "
-                       f"Ray reads it when imported, and on {reason} sweeps does not refresh Ray's config (a "
-                       "Ray internal): export RAY_AUTH_MODE=token and run again")
+                       f"Ray reads it when imported, and this process imported Ray before sweeps could set it "
+                       f"({core.reason(auth_refresh.LEVER)}): export RAY_AUTH_MODE=token and run again")
     os.environ.update(extra)
+    if not imported:
+        return  # Ray reads it when it is imported
     try:  # Ray caches its config at import; re-read it, as Ray's own enable_token_auth does
-        from ray._raylet import Config  # type: ignore[attr-defined]
-
-        Config.initialize("")
-    except Exception as exc:  # a private hook: the env var alone still reaches ray.init's own checks
+        auth_refresh.refresh()
+    except Exception as exc:  # the env var alone still reaches ray.init's own checks
         log.debug("could not refresh Ray's config after setting RAY_AUTH_MODE (%s)", exc)
 
 
@@ -102,9 +106,9 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     levers = warm.current(spec.cluster.mode == "local")
     if spec.cluster.mode == "local":
         if levers.lean:
-            from sweeps.execution.warmstart import lean
+            from sweeps.execution.levers import tune_actors
 
-            lean.lean_trial_actors()
+            tune_actors.lean_trial_actors()
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
         init_local(
             num_cpus=num_cpus,
@@ -124,7 +128,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     runtime_env = shipping.runtime_env(spec, env)  # code and settings travel to every node
     from ray.exceptions import AuthenticationError
 
-    _enable_driver_auth()
+    enable_driver_auth()
     try:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=spec.cluster.log_to_driver)
@@ -196,14 +200,16 @@ def worker_pool_settings(levers: warm.Levers, trials_at_once: int = 1, workers_p
     starts imports torch and Ray Train before it is needed. ``SWEEPS_PRESTART=0`` turns the first prestart
     off (a benchmark lever).
     """
-    config: dict[str, Any] = {}
+    from sweeps.execution.levers import core, raylet_config
+
+    preloads = False
     if levers.pool:
         preloads, why = pool.preload(trials_at_once, workers_per_trial)
         log.info("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
-        config = pool.raylet_settings(preloads)
-    if os.environ.get("SWEEPS_PRESTART", "1") == "0":
-        config["prestart_worker_first_driver"] = False
-    return {"_system_config": config} if config else {}
+    first_driver = os.environ.get("SWEEPS_PRESTART", "1") != "0"
+    if (preloads or not first_driver) and core.applies(raylet_config.LEVER):
+        return raylet_config.init_kwargs(preloads, first_driver)
+    return {}
 
 
 def dashboard_settings(levers: warm.Levers) -> dict[str, Any]:
@@ -218,17 +224,18 @@ def state_api_settings() -> dict[str, Any]:
     out and the reaper reads the GCS, so the embedded Ray starts without its dashboard, a dozen Python
     processes and ~4 CPU-seconds less per sweep; docs/ray.md, "Trial start-up".)
 
-    Train's placement-group cleaner (one per trial start) finds its cluster through the State API with no
-    address; when another Ray runs on the same host (a second sweep, a test) that lookup fails with "Found
-    multiple active Ray instances", the cleaner stops, and the worker group of every trial that a scheduler
-    paused or stopped keeps its placement group: later trials wait for CPUs until their start-up times
-    out. Every Ray process inherits this variable, so the lookup names this cluster's dashboard.
+    Every Ray process inherits the variable, so Train's cleaner finds this cluster's dashboard even when
+    another Ray runs on the host (the ``state_api_address`` lever says why that matters).
     """
+    from sweeps.execution.levers import state_api_address
+
     global _api_address
-    if os.environ.get("RAY_API_SERVER_ADDRESS") and os.environ["RAY_API_SERVER_ADDRESS"] != _api_address:
+    var = state_api_address.VARIABLE
+    if os.environ.get(var) and os.environ[var] != _api_address:
         return {}  # the user's own
     port = ports.free_port()  # never Ray's own default ports (the agent's 52365)
-    _api_address = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+    if core.applies(state_api_address.LEVER):
+        _api_address = os.environ[var] = f"http://127.0.0.1:{port}"
     return {"dashboard_port": port}
 
 

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SEED_KEY = "_sweeps_seed"  # metrics key of the one seeding report; the bridge drops it
 SEED_CONFIG = "_sweeps_seed_from"  # train_loop_config: the ray.train.Checkpoint to seed the run with
 LOOP_CONFIG = "_sweeps_loop"  # train_loop_config: the user's loop, as a dotted path
+RUN_DIR_CONFIG = "_sweeps_run_dir"  # train_loop_config: this Train run's folder (a URI): where the seed goes
 ACK_TIMEOUT_ENV = "SWEEPS_BRIDGE_ACK_TIMEOUT_S"
 ACK_TIMEOUT_S = 900.0  # a driver blocked this long in ray.tune.report is stuck: fail the trial
 _ACK = b"\x06"
@@ -198,19 +199,22 @@ def copy_checkpoint(src_path: str, src_fs: Any, dest_path: str, dest_fs: Any) ->
     pafs.copy_files(src_path, dest_path, source_filesystem=src_fs, destination_filesystem=dest_fs)
 
 
-def _seed(seed: Any) -> None:
-    """Report ``seed`` once, so Train registers it as this run's latest checkpoint on every rank."""
+def _seed(seed: Any, run_dir: str) -> None:
+    """Report ``seed`` once, so Train registers it as this run's latest checkpoint on every rank (copied into
+    the run's folder ``run_dir``, a URI)."""
     import ray.train
     from ray.train.collective import barrier
 
-    ctx = ray.train.get_context()
-    storage, rank = ctx.get_storage(), ctx.get_world_rank()
+    from sweeps import uris
+
+    rank = ray.train.get_context().get_world_rank()
+    fs, root = uris.filesystem(run_dir)
 
     def upload(ckpt: Any, dir_name: str) -> Any:
-        dest = posixpath.join(storage.experiment_fs_path, dir_name)
+        dest = posixpath.join(root, dir_name)
         if rank == 0:  # one copy; the other ranks name the same folder
-            copy_checkpoint(ckpt.path, ckpt.filesystem, dest, storage.storage_filesystem)
-        return ray.train.Checkpoint(dest, storage.storage_filesystem)
+            copy_checkpoint(ckpt.path, ckpt.filesystem, dest, fs)
+        return ray.train.Checkpoint(dest, fs)
 
     ray.train.report({SEED_KEY: 1}, checkpoint=seed, checkpoint_upload_fn=upload)
     barrier()  # rank 0's copy is complete before any rank reads it
@@ -227,9 +231,10 @@ def seeded_loop(config: dict[str, Any]) -> None:
     config = dict(config)
     stages.stamp(str(config.get("_trial_id")), "loop_start", rank=ray.train.get_context().get_world_rank())
     seed = config.pop(SEED_CONFIG, None)
+    run_dir = config.pop(RUN_DIR_CONFIG, None)
     loop = import_dotted(str(config.pop(LOOP_CONFIG)))
-    if seed is not None and ray.train.get_checkpoint() is None:
-        _seed(seed)
+    if seed is not None and run_dir and ray.train.get_checkpoint() is None:
+        _seed(seed, run_dir)
     if inspect.signature(loop).parameters:
         loop(config)
     else:

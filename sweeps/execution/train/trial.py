@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -72,7 +73,7 @@ def sanitize(metrics: dict[str, Any], metric: str, mode: str) -> dict[str, Any]:
 
 
 def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id: str,
-                seed: Any = None) -> dict[str, Any]:
+                seed: Any = None, run_name: str = "") -> dict[str, Any]:
     """What every Train worker gets: fixed params, the trial's sample, and the bridge's keys.
 
     ``start`` is the checkpoint Tune handed the trial; ``seed`` the copy of it to seed the Train run with (a
@@ -88,6 +89,7 @@ def loop_config(config: dict[str, Any], setup: TrialSetup, start: Any, trial_id:
         RESUME_KEY: uris.to_uri(seed.path, seed.filesystem) if seed is not None else None,
         "_trial_id": trial_id,
         bridge.SEED_CONFIG: seed,
+        bridge.RUN_DIR_CONFIG: uris.join(setup.train_dir, run_name) if run_name else None,
         bridge.LOOP_CONFIG: setup.loop,
     }
 
@@ -102,14 +104,15 @@ def trainer_class(setup: TrialSetup, trial_id: str, run_name: str) -> tuple[type
 
     if not setup.lean:
         return TorchTrainer, []
-    from sweeps.execution.warmstart import lean, reaper
+    from sweeps.execution.levers import lean_trainer
+    from sweeps.execution.warmstart import reaper
 
-    added = lean.added_env(setup.job_env_vars)
+    added = lean_trainer.added_env(setup.job_env_vars)
     if added:
         log.info("trial %s: Train's own start-up (it would add %s to its processes)", trial_id, ", ".join(added))
         return TorchTrainer, []
     reaper.free_earlier_runs(setup.sweep_id, trial_id)
-    return lean.LeanTorchTrainer, [lean.PlacementGroupName(reaper.pg_name(setup.sweep_id, trial_id, run_name))]
+    return lean_trainer.trainer(reaper.pg_name(setup.sweep_id, trial_id, run_name))
 
 
 def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, channel: bridge.Channel) -> Any:
@@ -140,12 +143,30 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
             storage_path=setup.train_dir,
             callbacks=[bridge.bridge_callback(channel.address, channel.token, driver_node=driver_node), *named,
                        *stages.train_callbacks()],
-            # A finite controller_failure_limit: the default (-1) retries worker start-up forever (docs/ray.md).
-            failure_config=ray.train.FailureConfig(max_failures=setup.worker_max_failures,  # type: ignore[call-arg]
-                                                   controller_failure_limit=3),
+            failure_config=failure_config(setup.worker_max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=TRAIN_KEEP),
         ),
     )
+
+
+CONTROLLER_FAILURE_LIMIT = 3
+
+
+def failure_config(worker_max_failures: int) -> Any:
+    """Train's failure config: worker-group restarts, and a finite ``controller_failure_limit`` (a DeveloperAPI
+    argument; Train's default -1 retries a worker group that cannot start forever, docs/ray.md) where the
+    installed Train takes it."""
+    import inspect
+
+    import ray.train
+
+    kwargs: dict[str, Any] = {"max_failures": worker_max_failures}
+    if "controller_failure_limit" in inspect.signature(ray.train.FailureConfig).parameters:
+        kwargs["controller_failure_limit"] = CONTROLLER_FAILURE_LIMIT
+    else:
+        log.info("this Ray Train has no controller_failure_limit: a worker group that cannot start is retried "
+                 "until its trial is stopped")
+    return ray.train.FailureConfig(**kwargs)
 
 
 def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, trial_id: str) -> int:
@@ -175,6 +196,12 @@ def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, t
         channel.ack()
 
 
+def trial_folder(ctx: Any, storage_path: str) -> str:
+    """The trial's folder in storage, from Tune's public context: ``<storage>/<experiment>/<trial dir name>``
+    (the trial's working directory, ``get_trial_dir()``, is named after its folder)."""
+    return uris.join(storage_path, ctx.get_experiment_name(), os.path.basename(ctx.get_trial_dir().rstrip("/")))
+
+
 def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     """Tune function trainable: one TorchTrainer per (re)start of the trial."""
     import ray.tune
@@ -183,10 +210,11 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     trial_id = ctx.get_trial_id()
     stages.stamp(trial_id, "trial_up")
     start = ray.tune.get_checkpoint()
-    seed = keeper.seed_for(start, ctx.get_storage())
+    seed = keeper.seed_for(start, trial_folder(ctx, setup.storage_path))
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     channel = bridge.Channel()
-    trainer = make_trainer(setup, loop_config(config, setup, start, trial_id, seed), run_name, channel)
+    trainer = make_trainer(setup, loop_config(config, setup, start, trial_id, seed, run_name), run_name,
+                           channel)
     outcome: dict[str, BaseException] = {}
 
     def fit() -> None:

@@ -6,7 +6,7 @@ trial-slot resource does that (a paused trial gives its slot back). On a remote 
 (an autoscaler adds them on demand), so the limit is recomputed from the live cluster each time Tune asks for
 a new trial, and trials that a scheduler paused (PBT, HyperBand, median) do not count: their resources are
 free, and counting them deadlocks a population larger than the cluster. The other half: a paused trial is
-resumed only while the cluster has room for it (:func:`gate_resumes`).
+resumed only while the cluster has room for it (:func:`capacity_gate`).
 """
 
 from __future__ import annotations
@@ -16,34 +16,10 @@ import math
 import time
 from typing import Any
 
+from sweeps.execution.tuning.session import Census
+
 log = logging.getLogger(__name__)
 RECHECK_S = 5.0  # how often the cluster's resources are read again
-
-
-class Census:
-    """Which trials Tune has paused right now; fed by :func:`census_callback`, read by the limiters.
-
-    One per driver process (:func:`process_census`): a restored sweep unpickles its search algorithm (Tune's
-    ``tuner.pkl`` and searcher state) and must find the census that the resumed run's callback feeds, not a
-    stale copy that nothing updates (its limit would count paused trials again and deadlock PBT).
-    """
-
-    def __init__(self) -> None:
-        self.paused: set[str] = set()
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return process_census, ()
-
-
-_CENSUS: Census | None = None
-
-
-def process_census() -> Census:
-    """This process's census (made on first use)."""
-    global _CENSUS
-    if _CENSUS is None:
-        _CENSUS = Census()
-    return _CENSUS
 
 
 def census_callback(census: Census) -> Any:
@@ -127,43 +103,36 @@ def make_elastic(search_alg: Any, capacity: Capacity, census: Census) -> Any:
     """The search algorithm with a concurrency limit that follows the live cluster.
 
     A model-based searcher is wrapped in an elastic ConcurrencyLimiter; random/grid search (Tune's
-    BasicVariantGenerator, which is not a Searcher) becomes an elastic subclass of itself.
+    BasicVariantGenerator, which is not a Searcher) gets the same limit as a gate (:mod:`.wrappers`).
     """
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    from sweeps.execution.tuning.wrappers import gated_variants
+
     if not isinstance(search_alg, BasicVariantGenerator):
         return elastic_searcher(search_alg, capacity, census)
+    search_alg.max_concurrent = 0  # the gate below limits instead
 
-    class ElasticVariants(type(search_alg)):  # type: ignore[misc]
-        def next_trial(self) -> Any:
-            self.max_concurrent = _limit(capacity, census, self._live_trials)
-            return super().next_trial()
+    def elastic(live: set[str]) -> str:
+        return "go" if len(live) < _limit(capacity, census, live) else "wait"
 
-    search_alg.__class__ = ElasticVariants  # same state, one method more
-    search_alg.max_concurrent = capacity()
-    return search_alg
+    return gated_variants(search_alg, [elastic])
 
 
-def gate_resumes(scheduler: Any, capacity: Capacity) -> Any:
-    """The scheduler, resuming a paused trial only while fewer than ``capacity()`` trials run or wait to start.
+def capacity_gate(capacity: Capacity) -> Any:
+    """A start gate (:func:`.wrappers.sweep_scheduler`): resume or start a trial only while fewer than
+    ``capacity()`` trials run or wait to start.
 
     Tune resumes a PAUSED trial as soon as the trial's own placement group (its driver) fits; the driver then
     waits for its Train workers' placement group, which Tune cannot see. When a pausing scheduler resumes a
     whole population at once (synchronous PBT after a perturbation), the drivers alone fill the cluster and
     every worker group times out: three drivers and one worker slot on a 4-CPU node, trials failing and
-    retrying for as long as the sweep lasts. Tune resumes paused trials only through the scheduler's
-    ``choose_trial_to_run``; this gate answers "none now" while the cluster is full, and the scheduler's own
-    choice otherwise.
+    retrying for as long as the sweep lasts. Tune starts and resumes trials only through the scheduler's
+    ``choose_trial_to_run``; this gate answers "none now" while the cluster is full.
     """
-    base = type(scheduler)
 
-    class CapacityGated(base):  # type: ignore[misc, valid-type]
-        def choose_trial_to_run(self, tune_controller: Any) -> Any:
-            busy = sum(1 for t in tune_controller.get_trials() if t.status in ("RUNNING", "PENDING"))
-            if busy >= capacity():
-                return None
-            return super().choose_trial_to_run(tune_controller)
+    def has_room(tune_controller: Any) -> bool:
+        busy = sum(1 for t in tune_controller.get_trials() if t.status in ("RUNNING", "PENDING"))
+        return busy < capacity()
 
-    CapacityGated.__name__ = CapacityGated.__qualname__ = base.__name__  # Tune prints the scheduler's name
-    scheduler.__class__ = CapacityGated  # same state, one method more
-    return scheduler
+    return has_room

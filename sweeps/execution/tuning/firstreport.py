@@ -28,25 +28,24 @@ NOT_METRICS = frozenset({
     "experiment_id", "experiment_tag",
 })
 
-_problem: str | None = None  # this process's sweep: why its metric check ended it
+def problem(sweep_id: str) -> str | None:
+    """Why the sweep was ended for a missing metric (None when it was not)."""
+    from sweeps.execution.tuning.session import session
+
+    return session(sweep_id).metric_problem
 
 
-def problem() -> str | None:
-    """Why this process's sweep was ended for a missing metric (None when it was not)."""
-    return _problem
+def note(sweep_id: str, text: str) -> None:
+    from sweeps.execution.tuning.session import session
 
-
-def note(text: str) -> None:
-    global _problem
-    if _problem is None:
-        _problem = text
+    s = session(sweep_id)
+    if s.metric_problem is None:
+        s.metric_problem = text
         log.error("%s", text)
 
 
 def arm() -> None:
-    """Before a sweep (new, extended or resumed) runs in this process: no problem yet, and the check is ours."""
-    global _problem
-    _problem = None
+    """Before a sweep (new, extended or resumed) runs in this process: the check is ours, not Tune's."""
     os.environ[ENV] = "1"
 
 
@@ -80,24 +79,25 @@ def explain(trial_id: str, result: Mapping[str, Any], absent: list[str], multi: 
                    f"ray.train.report of the loop hold {absent[0]}")
 
 
-def guarded(inner: Callable[[str, Mapping[str, Any]], bool], required: Sequence[str], multi: bool,
-            declared: Sequence[str] = ()) -> Any:
-    """The sweep's Tune stopper: ``inner`` (the epoch budget), after the metric check. Its methods call this
-    module's functions only, so a copy restored by ``sweeps resume`` shares this process's state."""
+def guarded(sweep_id: str, inner: Callable[[str, Mapping[str, Any]], bool], required: Sequence[str],
+            multi: bool, declared: Sequence[str] = ()) -> Any:
+    """The sweep's Tune stopper: ``inner`` (the epoch budget), after the metric check. Its verdict lives in the
+    sweep's session, so a copy restored by ``sweeps resume`` shares the resuming run's state."""
     from ray.tune import Stopper
 
     class MetricCheck(Stopper):  # type: ignore[misc]
         def __init__(self) -> None:
             self.inner, self.required, self.multi, self.declared = inner, tuple(required), multi, tuple(declared)
+            self.sweep_id = sweep_id
 
         def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
             absent = missing(result, self.required)
             if absent:
-                note(explain(trial_id, result, absent, self.multi, self.declared))
+                note(self.sweep_id, explain(trial_id, result, absent, self.multi, self.declared))
                 return True
             return bool(self.inner(trial_id, result))
 
         def stop_all(self) -> bool:
-            return problem() is not None
+            return problem(self.sweep_id) is not None
 
     return MetricCheck()

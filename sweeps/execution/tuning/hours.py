@@ -26,10 +26,12 @@ SAVE_EVERY_S = 30.0
 
 
 class Ledger:
-    """Seconds each trial held its resources. One per driver process (:func:`process_ledger`): a resumed sweep
-    unpickles its gated searcher and stopper from Tune's state and must find the ledger its callback feeds."""
+    """Seconds each trial held its resources. One per sweep in this process (:func:`ledger_of`): a resumed
+    sweep unpickles its gated searcher and stopper from Tune's state and must find the ledger its callback
+    feeds."""
 
-    def __init__(self) -> None:
+    def __init__(self, sweep_id: str = "") -> None:
+        self.sweep_id = sweep_id
         self.configure(BudgetCfg(), 0.0, 0.0, None)
 
     def configure(self, budget: BudgetCfg, cpus: float, gpus: float, epochs: int | None,
@@ -45,8 +47,8 @@ class Ledger:
         self.said = False
         return self
 
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return process_ledger, ()
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return ledger_of, (self.sweep_id,)
 
     def start(self, trial_id: str, now: float) -> None:
         self.open.setdefault(trial_id, now)
@@ -119,15 +121,18 @@ class Ledger:
                 "gpu_budget": self.budget.gpu_hours}
 
 
-_LEDGER: Ledger | None = None
+_ledgers: dict[str, Ledger] = {}
 
 
-def process_ledger() -> Ledger:
-    """This process's ledger (made on first use; :meth:`Ledger.configure` sets it up for a sweep)."""
-    global _LEDGER
-    if _LEDGER is None:
-        _LEDGER = Ledger()
-    return _LEDGER
+def ledger_of(sweep_id: str) -> Ledger:
+    """The sweep's ledger in this process (made on first use; :meth:`Ledger.configure` sets it up)."""
+    if sweep_id not in _ledgers:
+        _ledgers[sweep_id] = Ledger(sweep_id)
+    return _ledgers[sweep_id]
+
+
+def forget(sweep_id: str) -> None:
+    _ledgers.pop(sweep_id, None)
 
 
 def ledger_callback(ledger: Ledger, save: Any = None) -> Any:
@@ -177,18 +182,21 @@ def gated(search_alg: Any, ledger: Ledger) -> Any:
     from ray.tune.search import ConcurrencyLimiter, Searcher
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    if isinstance(search_alg, BasicVariantGenerator):
-        class BudgetVariants(type(search_alg)):  # type: ignore[misc]
-            def next_trial(self) -> Any:
-                if ledger.admits_next():
-                    trial = super().next_trial()
-                    ledger.waiting += trial is not None
-                    return trial
-                if not (set(self._live_trials) - ledger.ended):
-                    self.set_finished()  # nothing runs and nothing more fits: the sweep is done
-                return None
+    from sweeps.execution.tuning.wrappers import gated_variants, is_gated
 
-        search_alg.__class__ = BudgetVariants
+    def budget(live: set[str]) -> str:
+        if ledger.admits_next():
+            return "go"
+        return "wait" if live - ledger.ended else "done"  # nothing runs and nothing more fits: the sweep is done
+
+    def waits(trial: Any) -> None:
+        ledger.waiting += 1  # until Tune's next step counts the waiting trials again
+
+    if not is_gated(search_alg) and isinstance(search_alg, BasicVariantGenerator):
+        search_alg = gated_variants(search_alg, [])
+    if is_gated(search_alg):
+        search_alg.gates.append(budget)
+        search_alg.started.append(waits)
         return search_alg
 
     class BudgetLimiter(ConcurrencyLimiter):  # type: ignore[misc]

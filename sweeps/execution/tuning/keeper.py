@@ -17,9 +17,10 @@ experiment state that ``resume`` restores from (which names each trial's latest 
 often: a driver killed in between leaves a state whose latest checkpoint is gone, and Tune fails that trial
 ("does not exist on storage anymore"). So just before Tune registers a new checkpoint, the one that was the
 latest is copied to ``sweeps-keep-<name>`` in the trial folder (hard links on local disk) unless Tune is
-sure to keep it, the newest ``num_to_keep + KEEP_SPARE`` copies per trial are kept (Tune forces a state sync
-every ``num_to_keep`` checkpoints of a trial), and ``resume`` puts back each copy whose original is gone
-before it restores. docs/ray.md, "A killed driver and Tune's checkpoint retention".
+sure to keep it (ranked as Tune ranks them: :class:`sweeps.trials.CheckpointBook`), the newest
+``num_to_keep + KEEP_SPARE`` copies per trial are kept (Tune forces a state sync every ``num_to_keep``
+checkpoints of a trial), and ``resume`` puts back each copy whose original is gone before it restores.
+docs/ray.md, "A killed driver and Tune's checkpoint retention".
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.execution.train.bridge import copy_checkpoint
+from sweeps.trials import CheckpointBook
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +77,13 @@ def drop_pins(fs: Any, trial_dir: str, keep: str | None, prefix: str = PIN_PREFI
                 log.warning("could not delete %s in %s (%s)", name, trial_dir, exc)
 
 
-def seed_for(start: Any, storage: Any) -> Any:
+def seed_for(start: Any, trial_uri: str) -> Any:
     """The checkpoint to seed a trial's start with: ``start``, or its pin when it is another trial's.
 
-    ``storage`` is the trial's Tune storage context (``trial_fs_path``, ``storage_filesystem``). Pins of
-    checkpoints Tune no longer hands this trial are deleted.
+    ``trial_uri`` is the trial's folder in storage. Pins of checkpoints Tune no longer hands this trial are
+    deleted.
     """
-    trial_dir, fs = storage.trial_fs_path, storage.storage_filesystem
+    fs, trial_dir = uris.filesystem(trial_uri)
     foreign = start is not None and not inside(start.path, trial_dir)
     keep = pin_name(start.path) if foreign else None
     drop_pins(fs, trial_dir, keep)
@@ -96,11 +98,10 @@ def seed_for(start: Any, storage: Any) -> Any:
     return start
 
 
-def _pin(trial: Any) -> None:
+def _pin(trial: Any, fs: Any) -> None:
     ckpt = trial.checkpoint
     if ckpt is None or not trial.path or inside(ckpt.path, trial.path):
         return
-    fs = trial.storage.storage_filesystem
     dest = posixpath.join(trial.path, pin_name(ckpt.path))
     if _exists(fs, dest):
         return
@@ -108,24 +109,20 @@ def _pin(trial: Any) -> None:
     log.debug("pinned %s's donor checkpoint %s as %s", trial.trial_id, ckpt.path, dest)
 
 
-def _surely_kept(trial: Any, path: str, num_to_keep: int) -> bool:
-    """Tune keeps ``path`` when one more checkpoint is registered: it is among its best ``num_to_keep - 1``."""
-    manager = getattr(getattr(trial, "run_metadata", None), "checkpoint_manager", None)
-    ranked = getattr(manager, "best_checkpoint_results", None)
-    if ranked is None:  # Tune's trial bookkeeping moved: not sure, so copy
-        return False
-    best = ranked[-(num_to_keep - 1):] if num_to_keep > 1 else []
-    return path in {r.checkpoint.path for r in best if r.checkpoint is not None}
+def _surely_kept(book: CheckpointBook, trial: Any, path: str, num_to_keep: int) -> bool:
+    """Tune keeps ``path`` when one more checkpoint is registered: it is among the best ``num_to_keep - 1`` of
+    the trial's checkpoints (ranked as Tune ranks them; a checkpoint this driver did not see: not sure)."""
+    uri = uris.to_uri(path, trial.checkpoint.filesystem if trial.checkpoint is not None else None)
+    return num_to_keep > 1 and uri in book.ranked(trial.trial_id)[:num_to_keep - 1]
 
 
-def keep_latest(trial: Any, new_path: str, num_to_keep: int) -> None:
+def keep_latest(trial: Any, new_path: str, num_to_keep: int, book: CheckpointBook, fs: Any) -> None:
     """Before Tune registers ``new_path``: copy the trial's latest checkpoint unless Tune is sure to keep it."""
     latest = trial.checkpoint
     if latest is None or not trial.path or latest.path == new_path or not inside(latest.path, trial.path):
         return
-    if _surely_kept(trial, latest.path, num_to_keep):
+    if _surely_kept(book, trial, latest.path, num_to_keep):
         return
-    fs = trial.storage.storage_filesystem
     dest = posixpath.join(trial.path, KEEP_PREFIX + posixpath.basename(latest.path.rstrip("/")))
     if _exists(fs, dest) or not _exists(fs, latest.path):
         return
@@ -180,7 +177,7 @@ def after_ray_stopped() -> None:
             log.warning("could not delete the Train run folders %s: delete it by hand", train_dir)
 
 
-def _sweep(trials: list[Any], train_dir: str) -> None:
+def _sweep(trials: list[Any], train_dir: str, fs: Any) -> None:
     _delete_train_dir(train_dir)
     _swept.add(train_dir)
     for t in trials:
@@ -190,15 +187,23 @@ def _sweep(trials: list[Any], train_dir: str) -> None:
         # A finished trial restores from nothing (PBT may still have exploited into it at its very end).
         needed = ckpt is not None and t.status != "TERMINATED" and not inside(ckpt.path, t.path)
         keep = pin_name(ckpt.path) if needed else None
-        drop_pins(t.storage.storage_filesystem, t.path, keep)
+        drop_pins(fs, t.path, keep)
         if t.status in ("TERMINATED", "ERROR"):  # Tune's final state is saved: nothing restores these
-            drop_pins(t.storage.storage_filesystem, t.path, None, KEEP_PREFIX)
+            drop_pins(fs, t.path, None, KEEP_PREFIX)
 
 
-def callbacks(train_dir: str, num_to_keep: int | None) -> list[Any]:
+def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str) -> list[Any]:
     """Tune callbacks: pin PBT donors' checkpoints, keep each trial's latest checkpoint alive for ``resume``;
-    at the experiment's end, delete what no trial needs."""
+    at the experiment's end, delete what no trial needs. ``train_dir`` is under the sweep's storage: the trial
+    folders share its filesystem."""
     from ray.tune import Callback
+
+    made: list[Any] = []
+
+    def fs() -> Any:  # made once per process (a callback restored by resume makes its own)
+        if not made:
+            made.append(uris.filesystem(train_dir)[0])
+        return made[0]
 
     class DonorPins(Callback):  # type: ignore[misc]
         """Right after a result (and so right after any exploit it caused), pin foreign checkpoints.
@@ -211,26 +216,30 @@ def callbacks(train_dir: str, num_to_keep: int | None) -> list[Any]:
             for t in trials:
                 if t is trial or t.status == "PAUSED":
                     try:
-                        _pin(t)
+                        _pin(t, fs())
                     except Exception as exc:  # noqa: BLE001 - the recipient falls back to the original
                         log.warning("could not pin the donor checkpoint of trial %s (%s)", t.trial_id, exc)
 
     class LatestKept(Callback):  # type: ignore[misc]
         """Tune calls ``on_checkpoint`` just before it registers the checkpoint (and deletes the worst)."""
 
+        def __init__(self) -> None:
+            self.book = CheckpointBook(metric, mode)
+
         def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
                           **info: Any) -> None:
             if num_to_keep is None:  # Tune deletes nothing
                 return
             try:
-                keep_latest(trial, checkpoint.path, num_to_keep)
+                keep_latest(trial, checkpoint.path, num_to_keep, self.book, fs())
             except Exception as exc:  # noqa: BLE001 - the sweep goes on; only a kill right now could hurt
                 log.warning("could not keep trial %s's latest checkpoint for resume (%s)", trial.trial_id, exc)
+            self.book.add(trial.trial_id, checkpoint, trial.last_result)
 
     class Sweeper(Callback):  # type: ignore[misc]
         """Every trial start has ended: Train's run folders and unneeded pins go."""
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-            _sweep(trials, train_dir)
+            _sweep(trials, train_dir, fs())
 
     return [DonorPins(), LatestKept(), Sweeper()]

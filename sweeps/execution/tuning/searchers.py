@@ -6,11 +6,11 @@ every nested ``_target_`` is resolved and checked again where it is called, and 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +21,8 @@ from sweeps.config.sections.objectives import constrained_sampler
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import TargetRefused, build, resolve
 from sweeps.errors import BadInput
-from sweeps.execution.tuning.objectives import record_constraints
+from sweeps.execution.tuning.objectives import UNLIMITED, Recorded, quietly, record_constraints, sampler_kwargs
+from sweeps.execution.tuning.samplers import picklable
 
 log = logging.getLogger(__name__)
 
@@ -66,45 +67,26 @@ def build_searcher(spec: SweepSpec, concurrency: int, points: list[dict[str, Any
         import optuna
 
         node["storage"] = optuna.storages.RDBStorage(node["storage"])
-    searcher = picklable(instantiate(node, spec.allowed_targets, "searcher", **kwargs))
-    if spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node):
-        return record_constraints(searcher, spec.sweep.constraints)
+    book, constrained = None, spec.sweep.multi and spec.sweep.constraints and constrained_sampler(node)
+    if isinstance(node.get("sampler"), dict) and "_target_" in node["sampler"]:
+        kwargs["sampler"], book = _sampler(spec, node)
+    searcher = instantiate(node, spec.allowed_targets, "searcher", **kwargs)
+    if constrained:
+        return record_constraints(searcher, spec.sweep.constraints, book)
     return searcher
 
 
-class PicklableLock:
-    """A ``threading.Lock`` that pickles as a new, unlocked one.
-
-    Optuna 5.1's genetic samplers (NSGA-II, NSGA-III) keep a ``threading.Lock`` in ``_thread_lock``, and Tune
-    pickles the searcher with the Tuner (``tuner.pkl``) and in its saved state: with the plain lock every such
-    sweep dies before its first trial ("cannot pickle '_thread.lock' object").
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> bool:
-        return self._lock.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._lock.release()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def __reduce__(self) -> tuple[type, tuple[()]]:
-        return PicklableLock, ()
-
-
-def picklable(searcher: Any) -> Any:
-    """The searcher, with a sampler's plain lock swapped for a :class:`PicklableLock` (see there)."""
-    sampler: Any = getattr(searcher, "_sampler", None)
-    if isinstance(getattr(sampler, "_thread_lock", None), type(threading.Lock())):
-        sampler._thread_lock = PicklableLock()
-    return searcher
+def _sampler(spec: SweepSpec, node: dict[str, Any]) -> tuple[Any, Recorded | None]:
+    """The OptunaSearch's sampler, built here (not by the searcher's node): picklable as Tune needs, and with
+    the constraints' ``constraints_func`` where that is how constraints reach it (:mod:`.objectives`)."""
+    sampler_node = node.pop("sampler")
+    extra: dict[str, Any] = {}
+    book: Recorded | None = None
+    if spec.sweep.multi and spec.sweep.constraints and constrained_sampler({**node, "sampler": sampler_node}):
+        extra, book = sampler_kwargs(spec.sweep.constraints)
+    make = functools.partial(quietly, functools.partial(instantiate, sampler_node, spec.allowed_targets,
+                                                        "searcher.sampler", **extra))
+    return picklable(make), book
 
 
 def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
@@ -124,13 +106,42 @@ def restored_searcher(spec: SweepSpec, concurrency: int, state_dir: str,
     searcher = build_searcher(spec, concurrency)
     with _searcher_state(state_dir) as local_dir:
         searcher.restore_from_dir(local_dir)
-    study = getattr(searcher, "_ot_study", None)  # OptunaSearch: queue warm-start points in the study
-    if points and study is not None:
-        for point in points:
-            study.enqueue_trial(point)
-    elif points:
-        log.warning("%s restored from %s: warm-start points are not re-queued", spec.searcher_name, state_dir)
-    return searcher
+    return points_first(searcher, points, spec.sweep.metric) if points else searcher
+
+
+def points_first(searcher: Any, points: list[dict[str, Any]], metric: str) -> Any:
+    """A restored searcher that first hands out ``points`` (a warm start), then its own suggestions; each
+    point's result is told to it as an evaluated point (``Searcher.add_evaluated_point``) where it takes one."""
+    from ray.tune.search import ConcurrencyLimiter
+
+    queue = [dict(p) for p in points]
+
+    class PointsFirst(ConcurrencyLimiter):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(searcher, max_concurrent=UNLIMITED)
+            self.queue = queue
+            self.handed: dict[str, dict[str, Any]] = {}
+
+        def suggest(self, trial_id: str) -> Any:
+            if self.queue:
+                self.handed[trial_id] = point = self.queue.pop(0)
+                return dict(point)
+            return super().suggest(trial_id)
+
+        def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                              error: bool = False) -> None:
+            point = self.handed.pop(trial_id, None)
+            if point is None:
+                super().on_trial_complete(trial_id, result=result, error=error)
+                return
+            value = (result or {}).get(metric)
+            score = float(value) if isinstance(value, int | float) else None
+            try:
+                self.searcher.add_evaluated_point(point, score or 0.0, error=error or score is None)
+            except Exception as exc:  # a searcher that takes no evaluated points: the point still ran
+                log.info("the restored searcher does not learn from the warm-start point (%s)", exc)
+
+    return PointsFirst()
 
 
 @contextmanager
@@ -148,10 +159,12 @@ def _searcher_state(experiment_dir: str) -> Iterator[str]:
 
 
 def is_restored(searcher: Any) -> bool:
-    """A restored model-based searcher (it holds its space); random/grid search (even made elastic) is not."""
+    """A restored model-based searcher (it holds its space); random/grid search (even gated) is not."""
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    return searcher is not None and not isinstance(searcher, BasicVariantGenerator)
+    from sweeps.execution.tuning.wrappers import is_gated
+
+    return searcher is not None and not isinstance(searcher, BasicVariantGenerator) and not is_gated(searcher)
 
 
 def build_scheduler(spec: SweepSpec) -> Any:

@@ -7,8 +7,8 @@ sweep's trials, groups it cannot name, other jobs' actors, nodes that left). Aft
 (derived when null: 15 minutes, or 5x the longest start-up or report gap seen; 0 = never) the sweep stops the
 way Ctrl-C stops it, so Tune saves its state and ``resume`` continues; the driver then exits 1 with the reason.
 
-Only Ray's GCS is asked (``ray.nodes()``, ``placement_group_table()``, and, where the installed Ray is one
-:mod:`sweeps.execution.warmstart.warm` was checked against, its per-node resource and actor tables): no dashboard.
+Only Ray's GCS is asked (``ray.nodes()``, ``placement_group_table()``, and, through the ``gcs_tables`` lever, its
+per-node resource and actor tables): no dashboard.
 """
 
 from __future__ import annotations
@@ -123,44 +123,25 @@ def _cluster_story(watch: Watch, status: dict[str, str]) -> list[str]:
 
 
 def _free_per_node() -> dict[str, dict[str, float]] | None:
-    """Available resources per node: a GCS table behind a Ray developer API in ``ray._private`` (checked Ray
-    versions only; else None, and the story says '?')."""
-    from sweeps.execution.levers import rayversion
+    """Available resources per node (the ``gcs_tables`` lever; where it is off, None: the story says '?')."""
+    from sweeps.execution.levers import core, gcs_tables
 
-    if rayversion.unchecked():
-        return None
-    from ray._private import state
-
-    return dict(state.available_resources_per_node())
+    return gcs_tables.free_per_node() if core.applies(gcs_tables.LEVER) else None
 
 
 def _other_jobs_actors() -> int:
-    from sweeps.execution.levers import rayversion
-
-    if rayversion.unchecked():
-        return 0
     import ray
-    from ray._private import state
 
-    mine = ray.get_runtime_context().get_job_id()
-    table = state.actors(actor_state_name="ALIVE") or {}
-    return sum(1 for a in table.values() if a.get("JobID") != mine and not a.get("IsDetached"))
+    from sweeps.execution.levers import core, gcs_tables
 
-
-_current: Watch | None = None
-
-
-def stalled() -> str | None:
-    """Why this process's sweep was stopped as stalled (None when it was not)."""
-    return _current.stalled if _current is not None else None
+    if not core.applies(gcs_tables.LEVER):
+        return 0
+    return gcs_tables.other_jobs_actors(ray.get_runtime_context().get_job_id())
 
 
 def watchdog_callback(watch: Watch) -> Any:
     """The Tune callback that watches for progress, says why there is none, and ends a stalled sweep."""
     from ray.tune import Callback
-
-    global _current
-    _current = watch
 
     class Watchdog(Callback):  # type: ignore[misc]
         def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:

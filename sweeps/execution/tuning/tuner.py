@@ -3,52 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
-from sweeps.errors import BadInput
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
 from sweeps.execution.train.trial import TrialSetup, run_trial
-from sweeps.execution.tuning import firstreport
+from sweeps.execution.tuning import firstreport, session
 from sweeps.execution.tuning.budget import Budget
-from sweeps.execution.tuning.concurrency import Capacity, census_callback, gate_resumes, make_elastic, process_census
-from sweeps.execution.tuning.hours import Ledger, gated, ledger_callback, process_ledger
-from sweeps.execution.tuning.progress import Progress, progress_callback
+from sweeps.execution.tuning.callbacks import register, train_dir
+from sweeps.execution.tuning.concurrency import Capacity, capacity_gate, make_elastic
+from sweeps.execution.tuning.hours import Ledger, gated
 from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
+from sweeps.execution.tuning.wrappers import sweep_scheduler
 from sweeps.execution.warmstart import warm
-
-if TYPE_CHECKING:
-    from sweeps.store import SweepRecord
-
-
-def train_dir(spec: SweepSpec, sweep_id: str) -> str:
-    """Where each trial start's Train run folder goes (deleted when its ``fit()`` ends)."""
-    return uris.join(spec.storage_path, f"{sweep_id}-train")
-
-
-def run_callbacks(spec: SweepSpec, sweep_id: str, plan: Plan | None = None) -> list[Any]:
-    """The Tuner's own callbacks (after the tracker): result loggers, the checkpoint keeper (PBT pins,
-    latest checkpoints kept for resume, clean-up), the placement-group reaper and the warm pool (when those
-    levers are on). ``sweeps resume`` sets them again on a restored Tuner."""
-    from sweeps.execution.tuning import keeper
-    from sweeps.execution.tuning.tune_logs import result_loggers
-    from sweeps.execution.warmstart import pool, reaper
-
-    levers = warm.current(spec.cluster.mode == "local")
-    # The reaper first: at the experiment's end its groups' removal stops the Train workers that the keeper's
-    # clean-up would otherwise race.
-    out = [*result_loggers(), *([reaper.reaper_callback(sweep_id)] if levers.lean else []),
-           *keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep)]
-    if levers.pool and plan is not None and spec.cluster.mode == "local":
-        out.append(pool.pool_callback(processes_per_trial(spec, levers), plan.concurrent_trials, plan.total_trials))
-    return out
-
-
-def processes_per_trial(spec: SweepSpec, levers: warm.Levers) -> int:
-    """Fresh processes a trial start takes: its Train controller, synchronization actor and workers, and
-    its Tune trial actor unless Tune reuses one."""
-    return 2 + spec.trainable.num_workers + (0 if levers.reuse else 1)
 
 
 def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
@@ -114,72 +81,35 @@ def stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Budget:
     return Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every)
 
 
-def observers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> list[Any]:
-    """The callbacks that watch a run of the sweep (a new one, an extension, a resumed one): the status line,
-    the stall watchdog, the hours ledger (from the hours the sweep's earlier runs held, saved to its record)
-    and, on a remote cluster, the census of paused trials. The ledger is this process's (:mod:`hours`):
-    a restored Tuner's gated searcher and stopper find it again."""
-    from sweeps import store
-    from sweeps.execution.tuning.stall import Watch, watchdog_callback
-
-    firstreport.arm()  # the stopper checks the metric (guarded_stopper); a restored one shares this state
-    progress = Progress(spec.sweep.metric, spec.sweep.mode, plan.total_trials, spec.trainable.epochs,
-                        str(paths.home() / "logs" / f"{name}.log"), spec.sweep.time_budget_s)
-    try:
-        own: SweepRecord | None = store.load(sweep_id)
-    except BadInput:  # a Tuner built outside a recorded sweep (a benchmark, a test): nothing to save to
-        own = None
-    prior = (own.hours if own else None) or {}
-    save = (lambda hours: store.update(sweep_id, hours=hours)) if own else None
-    process_ledger().configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
-                               spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
-                               trial_seconds(spec, plan, own))
-    out = [progress_callback(progress), watchdog_callback(Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)),
-           ledger_callback(process_ledger(), save=save)]
-    return out if spec.cluster.mode == "local" else [*out, census_callback(process_census())]
-
-
-def trial_seconds(spec: SweepSpec, plan: Plan, own: SweepRecord | None = None) -> float | None:
-    """One trial's seconds (the budget's estimate before a trial ends in this run): from the sweep's own
-    earlier runs when it has some (``resume``, ``extend``: its record), else the experiment's last sweep."""
-    from sweeps import store
-
-    cpus = plan.per_trial.get("CPU", 0.0)
-
-    def one_trial_s(rec: SweepRecord | None) -> float | None:
-        hours, trials = ((rec.hours or {}).get("cpu_used"), (rec.counts or {}).get("total")) if rec else (None, None)
-        return float(hours * 3600 / trials / cpus) if hours and trials and cpus else None
-
-    mine = one_trial_s(own)  # read first: the experiment's records are read only when the sweep has no price
-    return mine if mine is not None else one_trial_s(store.latest_for(spec.sweep.name))
-
-
-def guarded_stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Any:
+def guarded_stopper(spec: SweepSpec, name: str, ledger: Ledger | None = None) -> Any:
     """:func:`stopper` behind the check that every report holds the sweep's metric(s) (:mod:`firstreport`)."""
     required = (spec.sweep.metric, *(o.metric for o in spec.sweep.objectives))
-    return firstreport.guarded(stopper(spec, ledger), tuple(dict.fromkeys(required)), spec.sweep.multi,
+    return firstreport.guarded(name, stopper(spec, ledger), tuple(dict.fromkeys(required)), spec.sweep.multi,
                                spec.trainable.metrics)
 
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
                 num_samples: int | None = None, name: str | None = None) -> Any:
-    """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one)."""
+    """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one). Its live state is
+    the session of the run ``name`` (:mod:`sweeps.execution.tuning.session`): its outcome is read from there."""
     from ray import tune
 
-    scheduler = build_scheduler(spec)
+    name = name or sweep_id
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
     if USER_PENDING is None:  # Tune's own default queues 200+ pending trials (a flood on unbounded sweeps)
         os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, plan.concurrent_trials))
-    extra = observers(spec, plan, sweep_id, name or sweep_id)
-    ledger = process_ledger()
+    run_callbacks = register(spec, plan, sweep_id, name, callbacks)
+    live = session.session(name)
+    starts: list[Any] = []
     if spec.cluster.mode != "local":
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
-        search_alg = make_elastic(search_alg, capacity, process_census())
-        scheduler = gate_resumes(scheduler, capacity)
+        search_alg = make_elastic(search_alg, capacity, live.census)
+        starts.append(capacity_gate(capacity))
+    scheduler = sweep_scheduler(build_scheduler(spec), starts)
     if spec.sweep.budget.enabled:
-        search_alg = gated(search_alg, ledger)
+        search_alg = gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
     tune_config = tune.TuneConfig(
         metric=None if multi else spec.sweep.metric,
@@ -191,16 +121,16 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         reuse_actors=reuse_actors(spec),
     )
     run_config = tune.RunConfig(
-        name=name or sweep_id,
+        name=name,
         storage_path=spec.storage_path,
-        callbacks=[*callbacks, *extra, *run_callbacks(spec, sweep_id, plan)],
+        callbacks=run_callbacks,
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=guarded_stopper(spec, ledger if spec.sweep.budget.enabled else None),
+        stop=guarded_stopper(spec, name, live.ledger if spec.sweep.budget.enabled else None),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

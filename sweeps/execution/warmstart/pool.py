@@ -1,19 +1,17 @@
-"""Warm processes for the next trial: the raylet prestarts them while trials run (a Ray internal, version-checked).
+"""Warm processes for the next trial: how many the trials about to start need, asked of the raylet while trials run.
 
 docs/ray.md, "Trial start-up". The raylet hands a new actor an idle process only when the process was started
 for the same job and the same runtime env (the exact serialized string; ``""`` and ``"{}"`` are one), and an
 actor's process exits with the actor, so every trial start needs fresh ones: its Train controller, the
 controller's synchronization actor, its workers, and its Tune trial actor unless Tune reuses one. Ray
-prestarts idle processes only once, when the first driver connects. The raylet's ``PrestartWorkers`` call
-(no public Python API; its generated gRPC stub, which carries the cluster's auth token) starts N processes
-for a job and runtime env, kept idle for a bounded time.
+prestarts idle processes only once, when the first driver connects; the ``prestart`` lever
+(:mod:`sweeps.execution.levers.prestart`) asks its raylet for more, kept idle for a bounded time.
 
 On the embedded Ray, where the lean trainer gives every trial process the job's runtime env, the sweep keeps
 as many idle processes as the trials about to start need (counted in ``/proc``: the raylet's idle and
 starting workers), and no more once every trial has started. Where a core is free for it (``preload``),
-those processes import torch and Ray Train before they are needed (``preload_python_modules``, a raylet
-setting given at ``ray.init``); importing torch does not touch CUDA (Ray sets ``CUDA_VISIBLE_DEVICES`` when
-a process is leased, after that).
+those processes import torch and Ray Train before they are needed (the ``raylet_config`` lever); importing
+torch does not touch CUDA (Ray sets ``CUDA_VISIBLE_DEVICES`` when a process is leased, after that).
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ import os
 import time
 from typing import Any
 
+from sweeps.execution.levers import prestart
 from sweeps.execution.resources import plan
 
 log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 120  # an unused warm process goes back after this long (the raylet ends it)
-PRELOAD = ("torch", "torch.distributed", "ray.train.torch")  # what a Train worker and controller import
-RPC_TIMEOUT_S = 5.0
 EVERY_S = 1.0
 IDLE_NAMES = ("ray::IDLE",)  # a registered worker waiting for work (its process title)
 STARTING = ("default_worker.py", "setup_worker.py")  # a worker still starting (its command line)
@@ -60,21 +57,6 @@ def preload(trials_at_once: int, workers_per_trial: int, cores: int | None = Non
     else:
         preloads, why = False, f"{trials_at_once} trials x {workers_per_trial} Train workers fill the {cores} cores"
     return preloads, why + (f"; {PRELOAD_SWITCH}={forced!r} ignored: 0 or 1" if forced else "")
-
-
-def raylet_settings(preloads: bool) -> dict[str, Any]:
-    """``_system_config`` for the embedded Ray: with ``preloads``, warm processes import torch and Ray Train
-    before work."""
-    return {"preload_python_modules": list(PRELOAD)} if preloads else {}
-
-
-def job_runtime_env() -> str:
-    """The job's serialized runtime env: the string a prestarted process must carry to host its actors."""
-    import ray
-
-    worker: Any = ray._private.worker.global_worker
-    info = worker.core_worker.get_job_config().runtime_env_info
-    return info.serialized_runtime_env or "{}"
 
 
 def child_pids(pid: int) -> list[int]:
@@ -113,24 +95,6 @@ def idle_processes(driver_pid: int | None = None) -> int:
     return count
 
 
-def _request(address: str, job_id: bytes, runtime_env: str, n: int, keep_alive_s: int) -> None:
-    from ray._private.grpc_utils import init_grpc_channel
-    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
-
-    channel = init_grpc_channel(address, asynchronous=False)
-    try:
-        stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
-        request: Any = node_manager_pb2.PrestartWorkersRequest()  # type: ignore[attr-defined]
-        request.language = common_pb2.Language.Value("PYTHON")  # type: ignore[attr-defined]
-        request.job_id = job_id
-        request.runtime_env_info.serialized_runtime_env = runtime_env
-        request.keep_alive_duration_secs = keep_alive_s
-        request.num_workers = n
-        stub.PrestartWorkers(request, timeout=RPC_TIMEOUT_S)
-    finally:
-        channel.close()
-
-
 class Pool:
     """Keeps the embedded Ray's idle processes at what the trials about to start need."""
 
@@ -141,7 +105,7 @@ class Pool:
         self.per_trial, self.concurrency, self.total = per_trial, max(1, concurrency), total_trials
         self.keep_alive_s = keep_alive_s
         self.job_id = bytes.fromhex(ray.get_runtime_context().get_job_id())
-        self.runtime_env = job_runtime_env()
+        self.runtime_env = prestart.job_runtime_env()
         node = next(n for n in ray.nodes() if n.get("Alive"))
         self.address = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
         self.requested = 0
@@ -164,7 +128,7 @@ class Pool:
             return 0
         self.settle_until = time.monotonic() + 2.0 * missing
         try:
-            _request(self.address, self.job_id, self.runtime_env, missing, self.keep_alive_s)
+            prestart.request(self.address, self.job_id, self.runtime_env, missing, self.keep_alive_s)
         except Exception as exc:  # the call moved or the raylet refused: cold starts from now on
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("warm pool off: the raylet refused PrestartWorkers (%s); trials start cold", self.failed)

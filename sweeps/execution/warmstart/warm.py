@@ -2,7 +2,7 @@
 
 docs/ray.md, "Trial start-up". The levers:
 
-- ``lean``: the lean trainer (:mod:`sweeps.execution.warmstart.lean`): Train's controller and workers on the job's
+- ``lean``: the lean trainer (:mod:`sweeps.execution.levers.lean_trainer`): Train's controller and workers on the job's
   runtime env, so they can take prestarted processes; no per-run placement-group cleaner or Data manager.
 - ``pool``: warm processes prestarted on the trials' nodes while trials run (:mod:`sweeps.execution.warmstart.pool`),
   with torch and Ray Train imported ahead (embedded Ray only).
@@ -11,9 +11,9 @@ docs/ray.md, "Trial start-up". The levers:
   function has not ended within ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (a trial whose node was lost), and a
   reused driver reported one Train worker's pid for three trials; the pool serves trial actors instead.
 
-Each lever that touches Ray internals is checked against the installed Ray version (and the names it uses)
-before the sweep starts; one that does not match is off, with one log line saying why, and the sweep runs
-the public path. ``SWEEPS_WARM=0`` turns every lever off (the cold path, a benchmark baseline).
+Each of them rests on levers (:mod:`sweeps.execution.levers`), checked against the installed Ray version and
+the surfaces they call before the sweep starts; one that does not apply is off, with one log line saying why,
+and the sweep runs the public path. ``SWEEPS_WARM=0`` turns every lever off (the cold path, a benchmark baseline).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from sweeps.execution.levers import rayversion
+from sweeps.execution.levers import core, lean_trainer, prestart, tune_actors
 
 log = logging.getLogger(__name__)
 
@@ -48,50 +48,22 @@ def switched_off() -> bool:
     return os.environ.get(SWITCH, "1") == "0"
 
 
-def _internals_missing() -> str | None:
-    """Why the Train V2 internals the lean trainer subclasses are not there, or None."""
-    try:
-        from ray.train.v2._internal.execution.controller.controller import TrainController
-        from ray.train.v2._internal.execution.worker_group.worker_group import WorkerGroup
-        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-        from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE, _ActorClassCache
-    except ImportError as exc:
-        return f"a Ray Train internal moved: {exc}"
-    needs = ((DataParallelTrainer, "_initialize_and_run_controller"),
-             (DataParallelTrainer, "_create_default_callbacks"), (TrainController, "worker_group_cls"),
-             (WorkerGroup, "_get_worker_runtime_env"), (WorkerGroup, "_create_placement_group"),
-             (_ActorClassCache, "get"))
-    if not isinstance(DEFAULT_ENV_VARS, dict) or not ENV_VARS_TO_PROPAGATE:
-        return "Tune's trial-actor environment moved"
-    missing = [f"{cls.__name__}.{name}" for cls, name in needs if not hasattr(cls, name)]
-    return f"Ray Train lacks {', '.join(missing)}" if missing else None
-
-
-def _pool_missing() -> str | None:
-    try:
-        from ray._private.grpc_utils import init_grpc_channel  # noqa: F401
-        from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc  # noqa: F401
-    except ImportError as exc:
-        return f"Ray's node manager stub moved: {exc}"
-    if not hasattr(node_manager_pb2, "PrestartWorkersRequest"):
-        return "the raylet has no PrestartWorkers call"
-    return None
-
-
 def levers(local: bool) -> Levers:
-    """The levers for a sweep on the embedded Ray (``local``) or a remote cluster, on the installed Ray."""
+    """The levers for a sweep on the embedded Ray (``local``) or a remote cluster, on the installed Ray.
+
+    ``lean`` needs the ``lean_trainer`` and ``tune_actors`` levers (:mod:`sweeps.execution.levers`), ``pool``
+    the ``prestart`` lever and the lean trainer (Train's own processes never take prestarted ones)."""
     if switched_off():
         why = f"{SWITCH}=0"
         return Levers(False, False, False, {"lean": why, "pool": why, "reuse": why})
     why_off: dict[str, str] = {}
-    if reason := rayversion.unchecked():
-        why_off["lean"] = why_off["pool"] = reason
-    else:
-        if reason := _internals_missing():
-            why_off["lean"] = reason
-        if reason := _pool_missing():
-            why_off["pool"] = reason
-    if "pool" not in why_off and "lean" in why_off:
+    lean_off = [f"{lv.name}: {core.reason(lv)}" for lv in (lean_trainer.LEVER, tune_actors.LEVER)
+                if not core.applies(lv)]
+    if lean_off:
+        why_off["lean"] = "; ".join(lean_off)
+    if not core.applies(prestart.LEVER):
+        why_off["pool"] = f"prestart: {core.reason(prestart.LEVER)}"
+    elif "lean" in why_off:
         why_off["pool"] = "needs the lean trainer (Train's own processes never take prestarted ones)"
     why_off["reuse"] = "opt-in (SWEEPS_REUSE_ACTORS=1): Tune fails the next trial when a reused driver is slow to end"
     return Levers("lean" not in why_off, "pool" not in why_off, False, why_off)

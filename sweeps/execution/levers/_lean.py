@@ -1,4 +1,4 @@
-"""A TorchTrainer whose Train processes can land on warm interpreters (Ray Train V2 internals, version-checked).
+"""The lean trainer's classes: Ray Train V2 internals subclassed (imported only once the lever applies).
 
 docs/ray.md, "Trial start-up". Train V2 starts its controller and workers with a runtime env of their own
 (``{"env_vars": ...}``), so the raylet never hands them an idle process (its runtime-env hash is not the
@@ -10,8 +10,8 @@ placement-group cleaner (the sweep frees its trials' groups itself, :mod:`sweeps
 Ray Data manager of a trial without datasets. Its worker group's placement group is named after the sweep,
 the trial and the run, so the reaper finds it with ``ray.util.placement_group_table()`` (no State API).
 
-This module imports Train V2 internals at import time: import it only where a trainer is built, after
-:func:`support` said yes. Anything else gets a plain ``TorchTrainer`` (and one log line saying why).
+This module imports Train V2 internals at import time: only :mod:`sweeps.execution.levers.lean_trainer`
+imports it, once its lever applies. Anything else gets a plain ``TorchTrainer``.
 """
 
 from __future__ import annotations
@@ -88,38 +88,6 @@ class LeanTorchTrainer(TorchTrainer):  # type: ignore[misc]
         controller: Any = controller_cls.remote(**controller_init_kwargs)
         ray.get(controller.run.remote())
         return ray.get(controller.get_result.remote())
-
-
-def tune_actor_env() -> dict[str, str]:
-    """The ``env_vars`` Tune gives every trial actor (its class cache: defaults plus variables it propagates)."""
-    from ray.tune.execution import class_cache
-
-    env = dict(class_cache.DEFAULT_ENV_VARS)
-    env.update({k: os.environ[k] for k in class_cache.ENV_VARS_TO_PROPAGATE if k in os.environ})
-    return env
-
-
-def lean_trial_actors() -> None:
-    """Embedded Ray: Tune's trial actors without a runtime env of their own, when it would only repeat what
-    they inherit (every variable Tune sets is already in this process's environment, which Ray's processes
-    inherit). Then a trial actor, its Train controller and workers all carry the job's runtime env and can
-    take prestarted processes. Patches Tune's actor-class cache in this process (a Ray internal: only after
-    ``sweeps.execution.warmstart.warm`` checked the installed Ray); anything else keeps Tune's own path."""
-    from ray.tune.execution import class_cache
-
-    tune_get = class_cache._ActorClassCache.get
-    if getattr(tune_get, "sweeps_lean", False):
-        return
-
-    def get(cache: Any, trainable_cls: Any) -> Any:
-        if any(os.environ.get(k) != v for k, v in tune_actor_env().items()):
-            return tune_get(cache, trainable_cls)
-        if trainable_cls not in cache._cache:
-            cache._cache[trainable_cls] = ray.remote(trainable_cls)
-        return cache._cache[trainable_cls]
-
-    get.sweeps_lean = True  # type: ignore[attr-defined]
-    class_cache._ActorClassCache.get = get  # type: ignore[method-assign]
 
 
 def added_env(job_env_vars: dict[str, str] | None) -> dict[str, str]:
