@@ -32,7 +32,7 @@ def test_every_lever_is_on_for_the_ray_it_was_checked_against() -> None:
 
     from sweeps.execution.levers import lean_trainer
 
-    assert ray.__version__.startswith(lean_trainer.LEVER.checked), "the installed Ray is the one the levers were read against"
+    assert ray.__version__.startswith(lean_trainer.LEVER.checked), "the installed Ray: the one the levers were read for"
     levers = warm.levers(local=True)
     assert (levers.lean, levers.pool, levers.reuse) == (True, True, False), levers.why_off
     assert levers.describe().startswith("warm start: lean, pool; reuse off (opt-in")
