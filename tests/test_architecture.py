@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,100 @@ def test_docs_the_code_cites_exist() -> None:
         cited |= set(re.findall(r"docs/[\w./-]+\.md", path.read_text()))
     missing = sorted(c for c in cited if not (REPO / c).is_file())
     assert not missing, f"cited but missing: {missing}"
+
+
+# -- the seam: private surfaces of Ray, Tune, Train, Optuna and Hydra only in sweeps/execution/levers/ ----------
+LEVERS = SWEEPS / "execution" / "levers"
+DEPENDENCIES = ("ray", "optuna", "hydra", "omegaconf")
+PRIVATE_NAMES = ("run_metadata", "storage_filesystem")  # public-looking names of Tune's private bookkeeping
+PRIVATE_TEXT = re.compile(r"ray\._private|ray\._raylet|\._internal|hydra\._internal")
+
+
+def private_uses(path: Path) -> list[str]:
+    """Every use of a private surface in a file: an import of a dependency's private module or name, any
+    ``obj._name`` not on ``self``/``cls``/``super()``, Tune's private bookkeeping names, a ``__class__``
+    assignment, and a private name handed to ``getattr``/``import_module`` as a string."""
+    out = []
+
+    def say(node: ast.AST, what: str) -> None:
+        out.append(f"{path}:{getattr(node, 'lineno', '?')}: {what}")
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in DEPENDENCIES and any(p.startswith("_") for p in a.name.split(".")):
+                    say(node, f"import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] in DEPENDENCIES and (any(p.startswith("_") for p in parts)
+                                             or any(a.name.startswith("_") for a in node.names)):
+                say(node, f"from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute):
+            dunder = node.attr.startswith("__") and node.attr.endswith("__")
+            base = node.value
+            own = (isinstance(base, ast.Name) and base.id in ("self", "cls")) or (
+                isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super")
+            if (node.attr.startswith("_") and not dunder and not own) or node.attr in PRIVATE_NAMES:
+                say(node, ast.unparse(node))
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in targets):
+                say(node, "__class__ = ...")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            texts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            on_self = bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
+            if name in ("getattr", "setattr", "hasattr") and texts and texts[-1].startswith("_") \
+                    and not texts[-1].startswith("__") and not on_self:
+                say(node, f"{name}(..., {texts[-1]!r})")
+            if name in ("import_module", "__import__") and any(PRIVATE_TEXT.search(t) for t in texts):
+                say(node, f"{name}({texts[0]!r})")
+    return out
+
+
+def seam_files() -> list[Path]:
+    files = [*modules(), *sorted((REPO / "hydra_plugins").rglob("*.py"))]
+    return [p for p in files if LEVERS not in p.parents]
+
+
+def test_private_surfaces_live_only_in_the_levers_folder() -> None:
+    found = [use for p in seam_files() for use in private_uses(p)]
+    assert not found, ("private Ray/Tune/Train/Optuna/Hydra surfaces outside sweeps/execution/levers/ (move them "
+                       "into a lever with a version check and a public fallback):\n" + "\n".join(found))
+
+
+def test_the_seam_rule_refuses_a_planted_private_use(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(textwrap.dedent("""
+        import ray._private.worker
+        from ray.train.v2._internal.execution.controller import TrainController
+        from ray.tune.execution.class_cache import _ActorClassCache
+        def f(tuner, trial, searcher, x):
+            tuner._local_tuner.get_run_config()
+            trial.run_metadata.checkpoint_manager
+            trial.storage.storage_filesystem
+            searcher._ot_trials
+            x.__class__ = int
+            getattr(searcher, "_live_trials")
+            self_like = x._thread_lock
+    """))
+    found = "\\n".join(private_uses(planted))
+    for needle in ("import ray._private.worker", "ray.train.v2._internal", "_ActorClassCache", "_local_tuner",
+                   "run_metadata", "storage_filesystem", "_ot_trials", "__class__ = ...", "'_live_trials'",
+                   "_thread_lock"):
+        assert needle in found, (needle, found)
+    clean = tmp_path / "clean.py"
+    clean.write_text("class A:\n    def f(self):\n        return self._x, super()._y, type(self).__name__\n")
+    assert private_uses(clean) == []
+
+
+def test_every_lever_has_a_version_check_a_probe_and_a_fallback() -> None:
+    from sweeps.execution.levers import core
+
+    levers = core.all_levers()
+    assert len({lv.name for lv in levers}) == len(levers) >= 10
+    for lv in levers:
+        assert lv.checked and lv.package in core.DISTRIBUTIONS and lv.fallback and lv.what and callable(lv.probe)
+    mentioned = (REPO / "docs" / "ray.md").read_text()
+    missing = [lv.name for lv in levers if f"`{lv.name}`" not in mentioned]
+    assert not missing, f"docs/ray.md's Levers table lacks {missing}"

@@ -65,33 +65,28 @@ def epochs(options: Mapping[str, Any], base_yaml: str) -> int | None:
 
 
 def prepare(overrides: Sequence[str], space: Mapping[str, Any]) -> Any:
-    """``sweeps.ops.prepare.prepare`` with the search space set on the composed config; raises BadInput."""
-    from sweeps.config import compose, security
-    from sweeps.config.build import build_spec
-    from sweeps.config.contract import check_trainable
-    from sweeps.config.targets import check_arguments
+    """The sweep, composed and validated by ``sweeps.api`` as ``sweeps run`` does, with the sweeper's search
+    space, plus what only the sweeper needs (its task loop on the embedded Ray, a report budget); raises
+    BadInput."""
+    from sweeps.api import calls
     from sweeps.errors import BadInput
 
-    cfg = compose.compose(overrides)
-    cfg["search_space"] = {k: dict(v) for k, v in space.items()}
-    if cfg["scheduler"].get("max_t", 0) is None:
-        raise BadInput(f"hydra.sweeper.epochs: scheduler={cfg['scheduler'].get('name')} needs the most reports a "
+    spec = calls.prepare_sweep(overrides, space)
+    if spec.scheduler.get("max_t", 0) is None:
+        raise BadInput(f"hydra.sweeper.epochs: scheduler={spec.scheduler_name} needs the most reports a "
                        f"trial makes (its max_t); set hydra.sweeper.epochs=N, or give the app's config a "
                        f"top-level int `epochs`")
-    spec = build_spec(cfg)
     if spec.trainable.loop != LOOP or spec.cluster.mode != "local":
         raise BadInput(f"the Hydra sweeper runs {LOOP} on the embedded Ray; got trainable.loop="
                        f"{spec.trainable.loop!r}, cluster.mode={spec.cluster.mode!r}")
-    check_arguments(spec.searcher, spec.scheduler, security.prefixes(spec.allowed_targets))
-    check_trainable(spec.trainable)
     return spec
 
 
 def run(spec: Any, overrides: Sequence[str]) -> Any:
-    """Execute the prepared sweep; the ``sweeps.ops.run.Outcome``, logged as ``sweeps run`` prints it."""
+    """Run the prepared sweep through ``sweeps.api``; its ``SweepResult``, logged as ``sweeps run`` prints it."""
+    from sweeps.api import calls
     from sweeps.cli.run import format_outcome
-    from sweeps.ops.run import execute
 
-    outcome = execute(spec, overrides)
-    log.info("%s", format_outcome(outcome))
-    return outcome
+    result = calls.run_prepared(spec, overrides, hosted=False)
+    log.info("%s", format_outcome(result.outcome))
+    return result

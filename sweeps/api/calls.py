@@ -8,11 +8,15 @@ graceful stop and the status line is a log line, as ``python -m sweeps`` has alw
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from sweeps.api.live import status_line
 from sweeps.api.result import Confirmation, SweepResult, from_outcome
+
+if TYPE_CHECKING:
+    from sweeps.config.spec import SweepSpec
 
 
 @contextmanager
@@ -38,6 +42,23 @@ def run_overrides(overrides: Sequence[str], *, hosted: bool = True, progress: bo
 
     with host(hosted, progress):
         spec = prepare.prepare(list(overrides))
+        return from_outcome(run.execute(spec, list(overrides)))
+
+
+def prepare_sweep(overrides: Sequence[str], space: Mapping[str, Any] | None = None) -> SweepSpec:
+    """Compose and validate a sweep, as ``run`` does (``space`` replaces the composed search space); nothing
+    starts. Raises BadInput."""
+    from sweeps.ops import prepare
+
+    return prepare.prepare(list(overrides), space)
+
+
+def run_prepared(spec: SweepSpec, overrides: Sequence[str], *, hosted: bool = True,
+                 progress: bool = True) -> SweepResult:
+    """Run a sweep :func:`prepare_sweep` validated (``overrides``: what composed it, for its record)."""
+    from sweeps.ops import run
+
+    with host(hosted, progress):
         return from_outcome(run.execute(spec, list(overrides)))
 
 

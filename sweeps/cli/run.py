@@ -64,7 +64,7 @@ def cmd_run(argv: Sequence[str]) -> int:
         print(compose.shown_yaml(overrides, resolve=resolve), end="")
         return 0
     if dry:
-        print(prepare.dry_run(prepare.prepare(overrides)))
+        print(prepare.dry_run(prepare.prepare(overrides), overrides))
         return 0
     from sweeps.api import calls
 

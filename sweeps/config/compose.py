@@ -1,8 +1,8 @@
 """Hydra composition: argv overrides -> a plain, resolved dict. The only module that imports Hydra.
 
-Config files come from the conf directory only: an override may not set ``hydra.*`` (``hydra.searchpath``
-would add another folder) nor ``security.*`` (the allowlist comes from trusted places, see
-:mod:`sweeps.config.trust`).
+Config files come from the project's config folder, then the bundled one (:func:`sweeps.paths.conf_dirs`)
+only: an override may not set ``hydra.*`` (``hydra.searchpath`` would add another folder) nor ``security.*``
+(the allowlist comes from trusted places, see :mod:`sweeps.config.trust`).
 
 Hydra errors are turned into :class:`~sweeps.errors.BadInput` messages that name the key, list the valid
 options, and suggest the closest key for a typo.
@@ -15,21 +15,44 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sweeps import paths
 from sweeps.errors import BadInput
 
 PRIMARY = "config"
+PROJECT_ENV = "SWEEPS_HYDRA_PROJECT"  # read by hydra_plugins.sweeps_sweeper.project while Hydra composes
 
 
-def groups(conf: Path | None = None) -> dict[str, list[str]]:
-    """Config groups and their options, read from the config folder (no Hydra import)."""
-    conf = conf or paths.conf_dir()
-    out: dict[str, list[str]] = {}
-    for d in sorted(p for p in conf.iterdir() if p.is_dir()):
-        out[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
+def groups() -> dict[str, list[str]]:
+    """Config groups and their options, over every config folder (no Hydra import)."""
+    out: dict[str, set[str]] = {}
+    for conf in paths.conf_dirs():
+        folders = [d for d in sorted(conf.iterdir()) if d.is_dir()] if conf.is_dir() else []
+        spaces = conf.parent / paths.SPACES_DIR
+        if spaces.is_dir() and conf != paths.bundled_conf():
+            folders.append(spaces)
+        for d in folders:
+            name = "search_space" if d == spaces else d.name
+            out.setdefault(name, set()).update(f.stem for f in d.glob("*.yaml"))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def origins(choices: Mapping[str, Any]) -> dict[str, str]:
+    """The file each chosen group option comes from (the first config folder that has it), for ``--dry-run``
+    and ``--cfg``."""
+    out = {}
+    for group, option in choices.items():
+        if not isinstance(option, str) or group.startswith("hydra"):
+            continue
+        for conf in paths.conf_dirs():
+            candidates = [conf / group / f"{option}.yaml"]
+            if group == "search_space" and conf != paths.bundled_conf():
+                candidates.append(conf.parent / paths.SPACES_DIR / f"{option}.yaml")
+            found = next((c for c in candidates if c.is_file()), None)
+            if found:
+                out[group] = str(found)
+                break
     return out
 
 
@@ -43,36 +66,55 @@ def _flatten(node: Any, prefix: str = "") -> list[str]:
 
 
 @contextmanager
-def guarded_loading() -> Iterator[None]:
-    """While Hydra composes: every config file it opens is checked first (only the files it uses), by
-    :func:`sweeps.config.limits.check_file`."""
-    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+def _project_layer() -> Iterator[None]:
+    """While Hydra composes: the project's config folder before the bundled one, read through sweeps' own
+    config source (``hydra_plugins.sweeps_sweeper.project``: every file it opens is checked first by
+    :func:`sweeps.config.limits.check_file`)."""
+    from hydra.core.plugins import Plugins
 
-    from sweeps.config import limits
+    from hydra_plugins.sweeps_sweeper.project import ProjectConfigSource, ProjectSearchPath
 
-    original = FileConfigSource.load_config
-
-    def load_config(self: Any, config_path: str) -> Any:
-        name = self._normalize_file_name(config_path)
-        full = Path(os.path.realpath(os.path.join(self.path, name)))
-        limits.check_file(full, os.path.dirname(name))
-        return original(self, config_path)
-
-    FileConfigSource.load_config = load_config  # type: ignore[method-assign]
+    for plugin in (ProjectConfigSource, ProjectSearchPath):  # Hydra's public registration (scans can miss them)
+        Plugins.instance().register(plugin)
+    project = paths.project_conf()
+    saved = os.environ.get(PROJECT_ENV)
+    if project is None:
+        os.environ.pop(PROJECT_ENV, None)
+    else:
+        os.environ[PROJECT_ENV] = str(project)
     try:
         yield
     finally:
-        FileConfigSource.load_config = original  # type: ignore[method-assign]
+        if saved is None:
+            os.environ.pop(PROJECT_ENV, None)
+        else:
+            os.environ[PROJECT_ENV] = saved
 
 
-def _compose_raw(overrides: Sequence[str]) -> Any:
+def _compose_raw(overrides: Sequence[str], with_hydra: bool = False) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with guarded_loading(), initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3",
-                                                  job_name="sweeps"):
-        return compose(config_name=PRIMARY, overrides=list(overrides))
+    with _project_layer(), initialize_config_dir(config_dir=str(paths.bundled_conf()), version_base="1.3",
+                                                 job_name="sweeps"):
+        return compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+def sources(overrides: Sequence[str]) -> list[str]:
+    """Which config folders were searched, and the file each chosen group option came from (one line each)."""
+    from omegaconf import OmegaConf
+
+    compose_config(overrides)  # every check and error of a run first
+    cfg = _compose_raw(list(overrides), with_hydra=True)
+    raw = OmegaConf.to_container(cfg.hydra.runtime.choices, resolve=False)
+    choices: dict[str, Any] = {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else {}
+    project = paths.project_conf()
+    lines = [f"config folders: {'project ' + str(project) + ', then ' if project else ''}"
+             f"bundled {paths.bundled_conf()}"]
+    found = origins(choices)
+    lines += [f"{group}: {choices[group]} <- {path}" for group, path in sorted(found.items())]
+    return lines
 
 
 def _override_key(override: str) -> str:
@@ -190,7 +232,8 @@ def shown_yaml(overrides: Sequence[str], resolve: bool = False) -> str:
 
     cfg = compose_config(overrides)
     data = to_plain(cfg) if resolve else OmegaConf.to_container(cfg, resolve=False)
-    return OmegaConf.to_yaml(OmegaConf.create(redaction.redact(data)))
+    head = "".join(f"# {line}\n" for line in sources(overrides))
+    return head + OmegaConf.to_yaml(OmegaConf.create(redaction.redact(data)))
 
 
 def compose(overrides: Sequence[str]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sweeps import store
 from sweeps.config import compose, redaction, security, trust
@@ -15,16 +16,23 @@ from sweeps.errors import BadInput
 from sweeps.execution.resources import plan, remote
 
 
-def prepare(overrides: Sequence[str]) -> SweepSpec:
-    """Compose and validate; raises BadInput before anything is started or written."""
-    spec = build_spec(compose.compose(overrides))
+def prepare(overrides: Sequence[str], space: Mapping[str, Any] | None = None) -> SweepSpec:
+    """Compose and validate; raises BadInput before anything is started or written.
+
+    ``space``: a search space to use instead of the composed ``search_space`` (the Hydra sweeper's, whose keys
+    may hold dots that an override would nest)."""
+    cfg = compose.compose(overrides)
+    if space is not None:
+        cfg["search_space"] = {k: dict(v) for k, v in space.items()}
+    spec = build_spec(cfg)
     check_arguments(spec.searcher, spec.scheduler, security.prefixes(spec.allowed_targets))
     check_trainable(spec.trainable)
     return spec
 
 
-def dry_run(spec: SweepSpec) -> str:
-    """The composed sweep, its space and the resource plan, as text (nothing is started)."""
+def dry_run(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
+    """The composed sweep (``overrides``: what composed it, for the config files it came from), its space and
+    the resource plan, as text (nothing is started)."""
     if spec.cluster.mode == "local":
         plan_text = plan.make_plan(spec, plan.local_resources(spec), local=True).describe()
     else:
@@ -36,6 +44,8 @@ def dry_run(spec: SweepSpec) -> str:
         f"searcher       : {spec.searcher_name}    scheduler: {spec.scheduler_name}",
         f"tracking       : {spec.tracking.uri} (experiment {spec.tracking.experiment})",
         f"storage        : {spec.storage_path}",
+        "config files   :",
+        *(f"  {line}" for line in compose.sources(overrides)),
         "contract       : (read from the loop's source)",
         *(f"  {line}" for line in describe(spec.trainable)),
         f"targets allowed: {', '.join(security.ALLOWED_TARGET_PREFIXES)}",
