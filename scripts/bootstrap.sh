@@ -25,7 +25,7 @@ fi
 step "upgrading pip" python -m pip install -q --upgrade pip
 # torch 2.13.0 is a CPU build on this machine's disk: install it first so nothing pulls a multi-GB CUDA build.
 step "installing torch==2.13.0" python -m pip install -q torch==2.13.0
-step "installing the project with its test extras" python -m pip install -q -e ".[test]"
+step "installing the project with its test extras" python -m pip install -q -e ".[test,hf]"
 # Every runtime dependency (and the test tools) must import, or the first sweep would fail late.
 step "importing the installed packages" python -c "
 import importlib, os, sys

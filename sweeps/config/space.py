@@ -99,15 +99,15 @@ def to_domain(spec: Mapping[str, Any], grid_choices: bool = False) -> Any:
     if dist == "quniform":
         return tune.quniform(spec["low"], spec["high"], spec["q"])
     if dist == "loguniform":
-        return tune.loguniform(spec["low"], spec["high"], spec.get("base", 10))
+        return tune.loguniform(spec["low"], spec["high"])  # any base gives the same distribution
     if dist == "qloguniform":
-        return tune.qloguniform(spec["low"], spec["high"], spec["q"], spec.get("base", 10))
+        return tune.qloguniform(spec["low"], spec["high"], spec["q"])
     if dist == "randint":
         return tune.randint(int(spec["low"]), int(spec["high"]))
     if dist == "qrandint":
         return tune.qrandint(int(spec["low"]), int(spec["high"]), int(spec["q"]))
     if dist == "lograndint":
-        return tune.lograndint(int(spec["low"]), int(spec["high"]), spec.get("base", 10))
+        return tune.lograndint(int(spec["low"]), int(spec["high"]))
     if dist == "randn":
         return tune.randn(spec["mean"], spec["sd"])
     raise ValueError(f"unknown distribution {dist!r}")  # unreachable after validate_param

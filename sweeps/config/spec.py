@@ -78,6 +78,8 @@ class TrainableCfg:
     params: dict[str, Any]
     datasets: str | None = None  # dotted path: build_datasets(config) -> {"train": ray.data.Dataset, ...}
     load_model: str | None = None  # dotted path: load_model(checkpoint_dir, config) -> ServableModel | nn.Module
+    requires: tuple[str, ...] = ()  # modules the loop imports beyond sweeps' own dependencies
+    extra: str | None = None  # the package extra that installs them (pip install 'sweeps[EXTRA]')
 
     @property
     def epochs(self) -> int | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sweeps import paths, uris
 
@@ -137,6 +139,72 @@ def check_state_api(address: str) -> Check:
                  "leave it off: a sweep on this Ray frees its placement groups itself", required=False)
 
 
+def check_cluster_versions(address: str) -> Check:
+    """The cluster's Ray and Python against this driver's: a mismatch fails every sweep on it."""
+    from sweeps.errors import BadInput
+    from sweeps.execution.cluster import raystart, versions
+
+    fix = "install the cluster's Ray and Python in this environment, or submit the driver as a Ray Job"
+    try:
+        raystart.enable_driver_auth()
+        cluster = versions.read(address) or _connect_for_versions(address)
+    except BadInput as exc:
+        return Check("cluster versions", False, str(exc), fix)
+    mine = versions.here()
+    if cluster is None:
+        return Check("cluster versions", False, f"the cluster at {address} did not say its versions", fix)
+    if not versions.compatible(cluster, mine):
+        return Check("cluster versions", False, versions.message(address, cluster, mine), fix)
+    return Check("cluster versions", True, f"Ray {cluster.ray}, Python {cluster.python}: the driver's own")
+
+
+def _connect_for_versions(address: str) -> Any:
+    """Where the versions cannot be read before connecting: connect, and read Ray's own verdict."""
+    import ray
+
+    from sweeps.errors import BadInput
+    from sweeps.execution.cluster import versions
+
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    except RuntimeError as exc:
+        return versions.from_error(exc)
+    except Exception as exc:
+        raise BadInput(f"cannot connect to Ray at {address} ({type(exc).__name__}: {exc})") from None
+    ray.shutdown()
+    return versions.here()
+
+
+def check_levers() -> Check:
+    """Which levers (private Ray/Tune/Train/Optuna surfaces, docs/ray.md "Levers") this environment uses."""
+    from sweeps.execution.levers import core
+
+    off = [f"{lv.name} ({core.reason(lv)})" for lv in core.all_levers() if not core.applies(lv)]
+    on = [lv.name for lv in core.all_levers() if core.applies(lv)]
+    detail = f"on: {', '.join(on) or 'none'}" + (f"; off, their public fallbacks run: {'; '.join(off)}" if off else "")
+    return Check("levers", not off, detail, "every feature works without them; install a Ray they were "
+                 "checked on for the faster or stricter path", required=False)
+
+
+def check_configs() -> Check:
+    """The config folders searched, and which experiments compose from them; none composing is a failure."""
+    from sweeps.config import compose
+    from sweeps.errors import BadInput
+
+    folders = ", ".join(str(p) for p in paths.conf_dirs())
+    names = compose.groups().get("experiment", [])
+    broken = []
+    for name in names:
+        try:
+            compose.compose([f"+experiment={name}"])
+        except BadInput as exc:
+            broken.append(f"{name} ({str(exc).splitlines()[0][:120]})")
+    good = len(names) - len(broken)
+    detail = f"{folders}: {good} of {len(names)} experiments compose" + (f"; not: {'; '.join(broken)}" if broken else "")
+    return Check("configs", good > 0, detail, "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR "
+                 "to a folder of sweeps configs")
+
+
 def run_checks(tracking_uri: str | None = None, storage: str | None = None,
                address: str | None = None) -> list[Check]:
     checks: list[Callable[[], Check]] = [
@@ -156,6 +224,8 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None,
         check_token_file,
         check_warm_start,
         check_loopback,
-        *([lambda: check_state_api(address)] if address else []),
+        check_configs,
+        check_levers,
+        *([lambda: check_cluster_versions(address), lambda: check_state_api(address)] if address else []),
     ]
     return [c() for c in checks]

@@ -11,7 +11,7 @@ from typing import Any
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.cluster import raystart
+from sweeps.execution.cluster import raystart, versions
 from sweeps.execution.resources import plan, remote, storage
 from sweeps.execution.tuning import keeper
 from sweeps.ops.signals import shielded
@@ -41,6 +41,7 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     check_remote(spec)
     if not local:
         raystart.enable_driver_auth()  # before Ray is imported where it can be: Ray reads the mode at import
+        versions.check(spec.cluster.address or os.environ.get("RAY_ADDRESS"))  # Ray's and Python's, first
         remote.check_node_types(spec)
     mc.probe(spec.tracking.uri)
     storage.check_storage(spec.storage_path)
@@ -73,6 +74,12 @@ def stop_ray() -> None:
 
 
 def _open_store(uri: str) -> Any:
-    c = mc.client(uri)
-    mc.close_stale_runs(c)
+    try:
+        c = mc.client(uri)
+        mc.close_stale_runs(c)
+    except Exception as exc:
+        err = mc.schema_error(uri, exc)
+        if err is None:
+            raise
+        raise err from None
     return c

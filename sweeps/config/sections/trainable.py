@@ -28,7 +28,9 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     strategy = r.get("trainable", "placement_strategy", "str", default="PACK", choices=PLACEMENT)
     every = r.get("trainable", "checkpoint_every", "int", default=1)
     params = r.get("trainable", "params", "map", default={}) or {}
-    r.errors += _param_errors(params)
+    requires = tuple(map(str, r.get("trainable", "requires", "list", default=[]) or []))
+    extra = r.get("trainable", "extra", "str", default=None)
+    r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
     if isinstance(workers, int) and workers < 1:
         r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
     if use_gpu and float(rpw.get("GPU", 1)) <= 0:
@@ -43,7 +45,27 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
         name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
         checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
+        requires=requires, extra=extra,
     )
+
+
+def requirement_errors(name: str, requires: Sequence[str], extra: str | None) -> list[str]:
+    """The modules a trainable needs that this environment lacks, with the install that brings them."""
+    import importlib.util
+
+    missing = []
+    for module in requires:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(module)
+    if not missing:
+        return []
+    how = f"pip install 'sweeps[{extra}]'" if extra else f"pip install {' '.join(missing)}"
+    return [f"trainable: {name!r} needs {', '.join(missing)}, which this environment lacks; install them with "
+            f"{how}"]
 
 
 def _param_errors(params: Any) -> list[str]:

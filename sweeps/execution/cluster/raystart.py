@@ -12,7 +12,7 @@ from typing import Any
 from sweeps import ports
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.cluster import loopback, shipping
+from sweeps.execution.cluster import loopback, shipping, versions
 from sweeps.execution.levers import auth_refresh, core
 from sweeps.execution.warmstart import pool, warm
 
@@ -132,6 +132,11 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     try:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=spec.cluster.log_to_driver)
+    except RuntimeError as exc:
+        cluster = versions.from_error(exc)
+        if cluster is None:
+            raise
+        raise BadInput(versions.message(address, cluster)) from None
     except (ConnectionError, AuthenticationError) as exc:
         raise BadInput(f"cluster.address: cannot connect to Ray at {address!r} ({exc}); is the cluster up, and "
                        f"does this process have its token? A driver needs {TOKEN_HELP} (now: RAY_AUTH_MODE="

@@ -144,6 +144,18 @@ def state_api(address: str | None, lean: bool, timeout_s: float = 3.0) -> tuple[
     return True, f"answers at {url}; {without}"
 
 
+def versions_line(address: str | None) -> str:
+    """The cluster's Ray and Python against this driver's, read before connecting; BadInput on a mismatch."""
+    from sweeps.execution.cluster import versions
+
+    versions.check(address)
+    cluster, mine = versions.read(address), versions.here()
+    if cluster is None:
+        return (f"not read before connecting (address {address or 'unset'}); Ray compares them when the sweep "
+                f"connects (this driver: Ray {mine.ray}, Python {mine.python})")
+    return f"Ray {cluster.ray}, Python {cluster.python}: the same as this driver's"
+
+
 def describe(spec: SweepSpec) -> str:
     """The remote plan as ``--dry-run`` prints it (nothing is started; node types are checked).
 
@@ -151,6 +163,7 @@ def describe(spec: SweepSpec) -> str:
         BadInput: when no node type of ``cluster.node_types`` can hold a worker.
     """
     check_node_types(spec)
+    seen = versions_line(spec.cluster.address or os.environ.get("RAY_ADDRESS"))
     cap, total = spec.sweep.max_concurrent_trials, total_trials(spec)
     types = "; ".join(_fmt(t) for t in spec.cluster.node_types) or "not given (whatever nodes join)"
     shipped = (", ".join([*shipping.ALWAYS, *shipping.user_packages(spec)]) + " (runtime_env py_modules)"
@@ -159,6 +172,7 @@ def describe(spec: SweepSpec) -> str:
         f"per trial      : {_fmt(per_trial(spec))} (driver + {spec.trainable.num_workers} workers x "
         f"{_fmt(worker_bundle(spec))})",
         f"cluster        : {spec.cluster.address or '$RAY_ADDRESS'}; node types: {types}",
+        f"versions       : {seen}",
         f"concurrent     : as many trials as the live cluster holds{f', at most {cap}' if cap else ''} "
         f"(recomputed as nodes join and go; paused trials do not count)",
         f"waiting        : up to {spec.cluster.wait_for_resources_s:g} s for room for one trial "
