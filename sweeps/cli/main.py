@@ -25,7 +25,8 @@ COMMANDS = {
     "ui": "start the MLflow UI on 127.0.0.1 for the configured store",
     "schedule": "nightly sweeps: schedule add|list|remove|run",
     "doctor": "check the environment and say how to fix what is wrong",
-    "new": "scaffold a trainable: new trainable NAME [--from pkg.module:function]",
+    "new": "scaffold a trainable in your project: new trainable NAME [--from pkg.module:function] [--dir D]",
+    "init": "start a project here (or --dir): conf/, search_spaces/ and a starter experiment",
     "confirm": "re-run the top-k configurations with fresh seeds; rank them by 95 percent intervals",
 }
 
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
             from sweeps.cli import new
 
             new.add_arguments(sp)
+        elif name == "init":
+            sp.add_argument("--dir", default=None, help="the project folder (default: the current one)")
+            sp.add_argument("--name", default="starter", help="the starter experiment's name")
     return p
 
 
@@ -125,7 +129,7 @@ HANDLERS = {
     "sync": ("mlflow", "cli_sync"), "ui": ("mlflow", "cli_ui"),
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
-    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "confirm": ("run", "cli_confirm"),
+    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "init": ("new", "cli_init"), "confirm": ("run", "cli_confirm"),
 }
 
 

@@ -200,7 +200,8 @@ def check_configs() -> Check:
         except BadInput as exc:
             broken.append(f"{name} ({str(exc).splitlines()[0][:120]})")
     good = len(names) - len(broken)
-    detail = f"{folders}: {good} of {len(names)} experiments compose" + (f"; not: {'; '.join(broken)}" if broken else "")
+    detail = f"{folders}: {good} of {len(names)} experiments compose"
+    detail += f"; not: {'; '.join(broken)}" if broken else ""
     return Check("configs", good > 0, detail, "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR "
                  "to a folder of sweeps configs")
 

@@ -1,0 +1,53 @@
+"""sweeps: hyperparameter sweeps on Ray Tune + Ray Train, tracked in MLflow, composed with Hydra.
+
+From Python (a notebook, a script, a CI job)::
+
+    import sweeps
+    result = sweeps.run("quickstart", overrides=["sweep.num_samples=4"])
+    result.trials                  # pandas DataFrame, like the report's trials.csv
+    sweeps.load("latest").best     # a stored sweep
+    sweeps.promote(result.sweep_id, model_name="digits-mlp")
+
+``import sweeps`` stays instant: the API (:mod:`sweeps.api`) loads on first use of one of its names, and Ray,
+MLflow, torch and pandas only when a sweep needs them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sweeps.errors import BadInput, GateRefused, SweepsError
+
+if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers and editors
+    from sweeps.api import (
+        BestTrial,
+        Confirmation,
+        SweepInterrupted,
+        SweepResult,
+        confirm,
+        extend,
+        load,
+        promote,
+        resume,
+        run,
+    )
+
+__version__ = "0.1.0"
+__all__ = ["BadInput", "BestTrial", "Confirmation", "GateRefused", "SweepInterrupted", "SweepResult", "SweepsError",
+           "__version__", "confirm", "extend", "load", "promote", "resume", "run"]
+_FROM_API = frozenset(__all__) - {"BadInput", "GateRefused", "SweepsError", "__version__"}
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported on first use (PEP 562)."""
+    if name not in _FROM_API:
+        raise AttributeError(f"module 'sweeps' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module("sweeps.api"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)  # what a notebook's tab completion offers

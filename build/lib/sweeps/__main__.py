@@ -1,0 +1,3 @@
+from sweeps.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Configuration: Hydra composition (the only Hydra importer), validation, and the frozen ``SweepSpec``."""

@@ -1,0 +1,109 @@
+"""The ``trainable`` section: the loop, its builder, loader and datasets, workers and resources, fixed params."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sweeps.config import security
+from sweeps.config.reader import Reader, mlflow_name_errors
+from sweeps.config.spec import TrainableCfg
+
+PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+DOTTED = ("loop", "builder", "load_model", "datasets")
+
+
+def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
+    t = r.section("trainable")
+    loop = r.get("trainable", "loop", "str")
+    builder = r.get("trainable", "builder", "str", default=None)
+    datasets = r.get("trainable", "datasets", "str", default=None)
+    load_model = r.get("trainable", "load_model", "str", default=None)
+    metrics = r.get("trainable", "metrics", "list", default=[])
+    workers = r.get("trainable", "num_workers", "int")
+    use_gpu = r.get("trainable", "use_gpu", "bool", default=False)
+    rpw = r.amounts("trainable.resources_per_worker",
+                    r.get("trainable", "resources_per_worker", "map", default={}) or {})
+    strategy = r.get("trainable", "placement_strategy", "str", default="PACK", choices=PLACEMENT)
+    every = r.get("trainable", "checkpoint_every", "int", default=1)
+    params = r.get("trainable", "params", "map", default={}) or {}
+    requires = tuple(map(str, r.get("trainable", "requires", "list", default=[]) or []))
+    extra = r.get("trainable", "extra", "str", default=None)
+    r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
+    if isinstance(workers, int) and workers < 1:
+        r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
+    if use_gpu and float(rpw.get("GPU", 1)) <= 0:
+        r.errors.append("trainable.resources_per_worker.GPU: use_gpu=true needs GPU > 0 per worker")
+    for m in metrics or []:
+        r.errors += mlflow_name_errors("trainable.metrics", str(m))
+    for key in DOTTED:
+        value = t.get(key)
+        if isinstance(value, str) and value:
+            r.errors += security.check_dotted(f"trainable.{key}", value, allowed)
+    return TrainableCfg(
+        name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
+        num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
+        checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
+        requires=requires, extra=extra,
+    )
+
+
+def requirement_errors(name: str, requires: Sequence[str], extra: str | None) -> list[str]:
+    """The modules a trainable needs that this environment lacks, with the install that brings them."""
+    import importlib.util
+
+    missing = []
+    for module in requires:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(module)
+    if not missing:
+        return []
+    how = f"pip install 'sweeps[{extra}]'" if extra else f"pip install {' '.join(missing)}"
+    return [f"trainable: {name!r} needs {', '.join(missing)}, which this environment lacks; install them with "
+            f"{how}"]
+
+
+def _param_errors(params: Any) -> list[str]:
+    if not isinstance(params, Mapping):
+        return []
+    return [f"trainable.params.{e}" for e in knob_errors(params)]
+
+
+def knob_errors(params: Mapping[str, Any]) -> list[str]:
+    """The shared training knobs the bundled trainables honour (``lr``, ``scale_lr``, ``grad_accum_steps``,
+    ``torch_threads``), checked before Ray starts.
+
+    The same rules as ``trainables.common.knob_errors`` (which each loop runs again on its worker), written out
+    here because the config layer does not import the bundled examples; a test holds the two to one table.
+    """
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    errors: list[str] = []
+    lr = params.get("lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr)
+                           or lr <= 0):
+        errors.append(f"lr: must be a finite number > 0, got {lr!r}")
+    scale = params.get("scale_lr", False)
+    if not isinstance(scale, bool):
+        errors.append(f"scale_lr: must be true or false, got {scale!r}")
+    accum = params.get("grad_accum_steps", 1)
+    if not is_int(accum) or accum < 1:
+        errors.append(f"grad_accum_steps: must be an integer >= 1, got {accum!r}")
+    threads = params.get("torch_threads")
+    if threads is not None and (not is_int(threads) or threads < 0):
+        errors.append(f"torch_threads: must be an integer >= 1 (or 0/unset: the worker's CPUs), got {threads!r}")
+    return errors
+
+
+def metric_errors(metric: Any, trainable: TrainableCfg) -> list[str]:
+    """The sweep metric must be one the trainable declares (when it declares any)."""
+    if not isinstance(metric, str) or not trainable.metrics or metric in trainable.metrics:
+        return []
+    return [f"sweep.metric: {metric!r} is not reported by trainable {trainable.name!r}; it reports "
+            f"{', '.join(trainable.metrics)}"]

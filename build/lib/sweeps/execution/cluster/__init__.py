@@ -1,0 +1,1 @@
+"""Starting or joining Ray: settings, loopback listeners, code shipped to the nodes."""

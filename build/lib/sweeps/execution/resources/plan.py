@@ -1,0 +1,213 @@
+"""The plan step: size the run from the cluster's resources so trials can never wait forever for workers.
+
+Pure functions over a :class:`Resources` snapshot; :func:`local_resources` and :func:`cluster_resources`
+produce one. A trial holds its driver (``cluster.driver_cpus``) plus ``num_workers`` worker bundles that the
+Train controller reserves in its own placement group, invisible to Tune: so concurrency is limited here, not
+by Tune.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+# Local mode: each trial's driver holds one of these, and the local Ray has as many as trials may run at once.
+# Concurrency is then a resource, not a count: a trial that a scheduler pauses (HyperBand, PBT) gives its slot
+# back, where Tune's count-based limits would keep counting it and deadlock the sweep.
+TRIAL_SLOT = "sweeps_trial_slot"
+# The embedded local Ray never schedules more than this many logical CPUs per core (unless cluster.num_cpus).
+OVERSUBSCRIPTION = 4
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Total logical resources and the shapes of the nodes (each a dict like ``{"CPU": 4, "GPU": 1}``)."""
+
+    total: dict[str, float]
+    nodes: tuple[dict[str, float], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Plan:
+    per_trial: dict[str, float]
+    worker_bundle: dict[str, float]
+    concurrent_trials: int
+    total_trials: int | None  # None: unbounded (time budget)
+    max_epochs: int | None
+    resources: Resources
+    num_cpus_to_start: float | None  # local mode: logical CPUs for ray.init
+    data_cpus: float = 0.0
+
+    def describe(self) -> str:
+        total = "unbounded (until the time budget)" if self.total_trials is None else str(self.total_trials)
+        lines = [
+            f"per trial      : {_fmt(self.per_trial)} (driver + workers x {_fmt(self.worker_bundle)}"
+            f"{' + Ray Data tasks' if self.data_cpus else ''})",
+            f"cluster        : {_fmt(self.resources.total)} over {len(self.resources.nodes) or 1} node(s)",
+            f"concurrent     : {self.concurrent_trials} trial(s) at a time",
+            f"total trials   : {total}",
+            f"max epochs     : {self.max_epochs if self.max_epochs is not None else '?'} per trial",
+        ]
+        if self.num_cpus_to_start is not None:
+            lines.append(f"local Ray      : num_cpus={self.num_cpus_to_start:g} logical CPUs on "
+                         f"{os.cpu_count()} cores")
+        return "\n".join(lines)
+
+
+def _fmt(res: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(res.items()) if v) or "nothing"
+
+
+def worker_bundle(spec: SweepSpec) -> dict[str, float]:
+    t = spec.trainable
+    bundle = {k.upper() if k.lower() in ("cpu", "gpu") else k: float(v) for k, v in
+              t.resources_per_worker.items()}
+    bundle.setdefault("CPU", 1.0)
+    if t.use_gpu:
+        bundle["GPU"] = bundle.get("GPU") or 1.0
+    return {k: v for k, v in bundle.items() if v}
+
+
+def per_trial(spec: SweepSpec) -> dict[str, float]:
+    need = {k: v * spec.trainable.num_workers for k, v in worker_bundle(spec).items()}
+    need["CPU"] = need.get("CPU", 0.0) + spec.cluster.driver_cpus
+    for k, v in spec.cluster.driver_resources.items():
+        need[k] = need.get(k, 0.0) + v
+    if spec.trainable.datasets:
+        # Ray Data's read/split tasks need a CPU outside the workers' reservation, or the first epoch hangs.
+        need["CPU"] += 1.0
+    return need
+
+
+def grid_size(spec: SweepSpec) -> int:
+    n = 1
+    for s in spec.space.values():
+        if s["dist"] == "grid" or (s["dist"] == "choice" and spec.searcher_name == "grid"):
+            n *= len(s["values"])
+    return n
+
+
+def total_trials(spec: SweepSpec) -> int | None:
+    if spec.sweep.num_samples == -1:
+        return None
+    return spec.sweep.num_samples * grid_size(spec)
+
+
+def local_resources(spec: SweepSpec) -> Resources:
+    """What the embedded local Ray will have: enough logical CPUs for the planned concurrency.
+
+    Logical CPUs are scheduling tokens; oversubscribing a small box (2 trials x (1 + 2 workers) = 6 on 2
+    cores) is what lets a data-parallel sweep run at all there.
+    """
+    need = per_trial(spec)
+    conc = spec.sweep.max_concurrent_trials or max(1, (os.cpu_count() or 1) // max(1, math.ceil(need["CPU"])))
+    total_t = total_trials(spec)
+    if total_t is not None:
+        conc = min(conc, total_t)
+    if spec.cluster.num_cpus is None:
+        conc = _within_bound(need["CPU"], conc)
+    # One trial's worth of spare CPU tokens: a stopped trial's worker placement group is released
+    # asynchronously (Ray's cleaner), and the next trial's workers must not starve meanwhile. Concurrency stays
+    # capped by the trial-slot resource, not by CPU tokens.
+    cpus = spec.cluster.num_cpus if spec.cluster.num_cpus is not None else need["CPU"] * (conc + 1)
+    gpus = spec.cluster.num_gpus if spec.cluster.num_gpus is not None else _visible_gpus()
+    total = {"CPU": float(cpus), "GPU": float(gpus)}
+    for k, v in need.items():  # custom resources (e.g. memory) are declared by the user's cluster
+        if k not in total:
+            total[k] = v * conc
+    return Resources(total=total, nodes=(dict(total),))
+
+
+def cores() -> int:
+    """The cores this process may use (its CPU affinity, which a container's quota also narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _within_bound(trial_cpus: float, conc: int) -> int:
+    """The concurrency the embedded Ray may run on this machine without thrashing.
+
+    Logical CPUs may exceed cores (a data-parallel trial on a 2-core box needs it), but at most
+    ``OVERSUBSCRIPTION`` times: a trial that needs more is refused, and concurrency is lowered to fit.
+    """
+    bound = OVERSUBSCRIPTION * cores()
+    if trial_cpus > bound:
+        raise BadInput(f"trainable.num_workers: one trial needs {trial_cpus:g} CPUs (driver + workers) but this "
+                       f"machine has {cores()} core(s); the embedded Ray runs at most {OVERSUBSCRIPTION}x its "
+                       f"cores ({bound:g} logical CPUs) so the machine does not thrash. Lower "
+                       f"trainable.num_workers or trainable.resources_per_worker.CPU, or set cluster.num_cpus=N to "
+                       f"take the risk")
+    fit = max(1, int(bound // trial_cpus))
+    if conc > fit:
+        log.warning("running %d trial(s) at a time instead of %d: %d x %g CPUs would exceed %dx the %d core(s) "
+                    "(set cluster.num_cpus to override)", fit, conc, conc, trial_cpus, OVERSUBSCRIPTION, cores())
+    return min(conc, fit)
+
+
+def _visible_gpus() -> float:
+    try:
+        import torch
+
+        return float(torch.cuda.device_count())
+    except Exception:  # torch missing or broken CUDA: plan as CPU-only
+        return 0.0
+
+
+def cluster_resources() -> Resources:
+    """Snapshot of a connected Ray cluster (call after ``ray.init``)."""
+    import ray
+
+    nodes = tuple(
+        {k: float(v) for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+        for n in ray.nodes() if n.get("Alive")
+    )
+    return Resources(total={k: float(v) for k, v in ray.cluster_resources().items()
+                            if not k.startswith("node:")}, nodes=nodes)
+
+
+def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
+    """Check that a trial fits and how many run at once.
+
+    Raises:
+        BadInput: when no node can hold a worker, or the cluster cannot hold one whole trial.
+    """
+    bundle, need = worker_bundle(spec), per_trial(spec)
+    nodes = res.nodes or (res.total,)
+    if not any(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in nodes):
+        shapes = "; ".join(_fmt({k: v for k, v in n.items() if k != TRIAL_SLOT}) for n in nodes)
+        raise BadInput(f"trainable.resources_per_worker: a worker needs {_fmt(bundle)} but no node has that "
+                       f"(nodes: {shapes}); lower trainable.resources_per_worker or use_gpu, or add nodes")
+    short = {k: v for k, v in need.items() if res.total.get(k, 0.0) < v}
+    if short:
+        raise BadInput(f"trainable.num_workers: one trial needs {_fmt(need)} (driver + "
+                       f"{spec.trainable.num_workers} workers) but the cluster has {_fmt(res.total)}; lower "
+                       f"trainable.num_workers, or raise cluster.num_cpus (logical CPUs may exceed cores)")
+    fit = min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0)
+    if local and spec.cluster.num_cpus is None:
+        fit = max(1, fit - 1)  # local_resources added one trial's worth of spare tokens, not a trial
+    conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
+    total_t = total_trials(spec)
+    if total_t is not None:
+        conc = min(conc, total_t)
+    if local:
+        res = Resources(total={**res.total, TRIAL_SLOT: float(max(1, conc))}, nodes=res.nodes)
+    return Plan(
+        per_trial=need, worker_bundle=bundle, concurrent_trials=max(1, conc), total_trials=total_t,
+        max_epochs=spec.trainable.epochs, resources=res,
+        num_cpus_to_start=res.total["CPU"] if local else None, data_cpus=1.0 if spec.trainable.datasets else 0.0,
+    )
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    return {"concurrent_trials": plan.concurrent_trials, "total_trials": plan.total_trials,
+            "per_trial": plan.per_trial, "cluster": plan.resources.total}

@@ -1,0 +1,189 @@
+"""The plan on a remote cluster: refuse what no node type can hold, wait for nodes that can, then go elastic.
+
+A cluster may start with a 0-CPU head and no workers (KubeRay, ``ray up``): nodes arrive once work asks for
+them. So instead of refusing what the nodes alive at launch cannot hold, the sweep asks the autoscaler for one
+trial's worth (Ray's ``request_resources``) and waits, saying what it waits for, up to
+``cluster.wait_for_resources_s``. Only a trial that no configured node type (``cluster.node_types``) could ever
+hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.tuning.concurrency`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput, SweepsError
+from sweeps.execution.cluster import shipping
+from sweeps.execution.resources.plan import (
+    Plan,
+    Resources,
+    _fmt,
+    cluster_resources,
+    per_trial,
+    total_trials,
+    worker_bundle,
+)
+
+log = logging.getLogger(__name__)
+POLL_S = 2.0
+SAY_EVERY_S = 10.0
+
+
+class NoCapacity(SweepsError):
+    """The cluster did not grow to hold one trial within ``cluster.wait_for_resources_s``."""
+
+
+def check_node_types(spec: SweepSpec) -> None:
+    """BadInput when ``cluster.node_types`` is given and none of them can hold one worker."""
+    types, bundle = spec.cluster.node_types, worker_bundle(spec)
+    if types and not any(all(t.get(k, 0.0) >= v for k, v in bundle.items()) for t in types):
+        shapes = "; ".join(_fmt(t) for t in types)
+        raise BadInput(f"trainable.resources_per_worker: a worker needs {_fmt(bundle)} but no node type of "
+                       f"cluster.node_types can hold it ({shapes}); lower trainable.resources_per_worker or "
+                       f"use_gpu, or add a node type")
+
+
+def holds_a_trial(spec: SweepSpec, res: Resources) -> bool:
+    bundle, need = worker_bundle(spec), per_trial(spec)
+    fits_worker = any(all(n.get(k, 0.0) >= v for k, v in bundle.items()) for n in res.nodes)
+    return fits_worker and all(res.total.get(k, 0.0) >= v for k, v in need.items())
+
+
+def _request_one_trial(spec: SweepSpec) -> None:
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = worker_bundle(spec)
+        driver = {"CPU": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+        request_resources(bundles=[driver, *[bundle] * spec.trainable.num_workers])
+    except Exception as exc:  # no autoscaler (a fixed cluster): the nodes may still join by hand
+        log.debug("request_resources failed: %s", exc)
+
+
+def wait_for_capacity(spec: SweepSpec, timeout_s: float | None = None) -> Resources:
+    """The cluster's resources once it can hold one trial; says what it waits for every few seconds.
+
+    Raises:
+        NoCapacity: after ``cluster.wait_for_resources_s`` without room for one trial.
+    """
+    timeout = spec.cluster.wait_for_resources_s if timeout_s is None else timeout_s
+    need = per_trial(spec)
+    start = time.monotonic()
+    said = -SAY_EVERY_S
+    requested = False
+    while True:
+        res = cluster_resources()
+        if holds_a_trial(spec, res):
+            return res
+        waited = time.monotonic() - start
+        if not requested:
+            _request_one_trial(spec)
+            requested = True
+        if waited >= timeout:
+            raise NoCapacity(f"the cluster cannot hold one trial after {waited:.0f} s: need {_fmt(need)} "
+                             f"(driver + {spec.trainable.num_workers} workers x {_fmt(worker_bundle(spec))}), cluster "
+                             f"has {_fmt(res.total)} over {len(res.nodes)} node(s); add nodes, or raise "
+                             f"cluster.wait_for_resources_s")
+        if waited - said >= SAY_EVERY_S:
+            log.info("waiting for resources: need %s (driver + %d workers x %s), cluster has %s over %d node(s)",
+                     _fmt(need), spec.trainable.num_workers, _fmt(worker_bundle(spec)), _fmt(res.total),
+                     len(res.nodes))
+            said = waited
+        time.sleep(POLL_S)
+
+
+def remote_plan(spec: SweepSpec) -> Plan:
+    """A plan for a remote cluster (call after ``ray.init``): its concurrency is what the cluster holds now."""
+    check_node_types(spec)
+    res = wait_for_capacity(spec)
+    need = per_trial(spec)
+    fit = max(1, min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0))
+    conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
+    return Plan(per_trial=need, worker_bundle=worker_bundle(spec), concurrent_trials=conc,
+                total_trials=total_trials(spec), max_epochs=spec.trainable.epochs, resources=res,
+                num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0)
+
+
+DASHBOARD_PORT = 8265
+
+
+def dashboard_url(address: str | None) -> str | None:
+    """Where a cluster's dashboard (and State API) would answer: ``$RAY_API_SERVER_ADDRESS``, else the head
+    named by ``address`` (``HOST:6379``, ``ray://HOST:10001``, ``http://HOST:8265``) on port 8265."""
+    if os.environ.get("RAY_API_SERVER_ADDRESS"):
+        return os.environ["RAY_API_SERVER_ADDRESS"]
+    if not address or address == "auto":
+        return None
+    if address.startswith(("http://", "https://")):
+        return address.rstrip("/")
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    return f"http://{host}:{DASHBOARD_PORT}"
+
+
+def state_api(address: str | None, lean: bool, timeout_s: float = 3.0) -> tuple[bool | None, str]:
+    """Whether the cluster's State API answers (None: no address to ask), and what a sweep does either way."""
+    import urllib.error
+    import urllib.request
+
+    url = dashboard_url(address)
+    without = ("without it the sweep frees its trials' placement groups itself (named groups, Ray's public "
+               "calls)" if lean else "on this Ray the sweep's lean trainer is off: Train's own cleaner needs "
+               "the State API, so without it a stopped trial's workers keep their CPUs until the sweep ends; "
+               "the stall watchdog says so")
+    if url is None:
+        return None, f"not checked (cluster.address is {address or 'unset'}); {without}"
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError as exc:  # 401/403: it answers, and wants the cluster's token
+        return True, f"answers at {url} (HTTP {exc.code}: it wants the token); {without}"
+    except (OSError, ValueError) as exc:
+        return False, f"no answer at {url} ({exc}); {without}"
+    return True, f"answers at {url}; {without}"
+
+
+def versions_line(address: str | None) -> str:
+    """The cluster's Ray and Python against this driver's, read before connecting; BadInput on a mismatch."""
+    from sweeps.execution.cluster import versions
+
+    versions.check(address)
+    cluster, mine = versions.read(address), versions.here()
+    if cluster is None:
+        return (f"not read before connecting (address {address or 'unset'}); Ray compares them when the sweep "
+                f"connects (this driver: Ray {mine.ray}, Python {mine.python})")
+    return f"Ray {cluster.ray}, Python {cluster.python}: the same as this driver's"
+
+
+def describe(spec: SweepSpec) -> str:
+    """The remote plan as ``--dry-run`` prints it (nothing is started; node types are checked).
+
+    Raises:
+        BadInput: when no node type of ``cluster.node_types`` can hold a worker.
+    """
+    check_node_types(spec)
+    seen = versions_line(spec.cluster.address or os.environ.get("RAY_ADDRESS"))
+    cap, total = spec.sweep.max_concurrent_trials, total_trials(spec)
+    types = "; ".join(_fmt(t) for t in spec.cluster.node_types) or "not given (whatever nodes join)"
+    shipped = (", ".join([*shipping.ALWAYS, *shipping.user_packages(spec)]) + " (runtime_env py_modules)"
+               if spec.cluster.ship_code else "nothing (cluster.ship_code=false: the nodes' image holds the code)")
+    return "\n".join([
+        f"per trial      : {_fmt(per_trial(spec))} (driver + {spec.trainable.num_workers} workers x "
+        f"{_fmt(worker_bundle(spec))})",
+        f"cluster        : {spec.cluster.address or '$RAY_ADDRESS'}; node types: {types}",
+        f"versions       : {seen}",
+        f"concurrent     : as many trials as the live cluster holds{f', at most {cap}' if cap else ''} "
+        f"(recomputed as nodes join and go; paused trials do not count)",
+        f"waiting        : up to {spec.cluster.wait_for_resources_s:g} s for room for one trial "
+        f"(cluster.wait_for_resources_s)",
+        f"total trials   : {'unbounded (until the time budget)' if total is None else total}",
+        f"code shipped   : {shipped}",
+        f"state API      : {state_api(spec.cluster.address or os.environ.get('RAY_ADDRESS'), _lean())[1]}",
+    ])
+
+
+def _lean() -> bool:
+    from sweeps.execution.warmstart import warm
+
+    return warm.levers(local=False).lean

@@ -1,0 +1,1 @@
+"""One trial: a Ray Train TorchTrainer per (re)start, bridged to Tune."""

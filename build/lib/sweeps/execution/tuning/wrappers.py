@@ -1,0 +1,152 @@
+"""Tune's public wrapper pattern for a sweep's own rules: a search algorithm and a scheduler around Ray's.
+
+Tune's own ``ConcurrencyLimiter`` wraps a ``Searcher``; random/grid search (``BasicVariantGenerator``) is a
+``SearchAlgorithm``, and a scheduler a ``TrialScheduler``: :class:`GatedVariants` and :class:`SweepScheduler`
+wrap those through their public interfaces only, delegating every call, and add the sweep's gates:
+
+- the search algorithm asks its gates before each new trial (a cluster that holds fewer trials now, an
+  hour budget that admits no more; a gate may also say the sweep is done);
+- the scheduler asks its gates before Tune starts or resumes any trial (a full cluster, a paused sweep), and
+  its ``stops`` before a running trial's result is judged (a trial an operator stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# A search gate gets the live trial ids; it answers "go", "wait" or "done".
+SearchGate = Callable[[set[str]], str]
+# A start gate gets Tune's controller; True lets the scheduler choose a trial to start now.
+StartGate = Callable[[Any], bool]
+
+
+def gated_variants(inner: Any, gates: list[SearchGate]) -> Any:
+    """``inner`` (a ``BasicVariantGenerator``) asking ``gates`` before every new trial."""
+    from ray.tune.search import SearchAlgorithm
+
+    class GatedVariants(SearchAlgorithm):  # type: ignore[misc]
+        """A search algorithm that delegates to Tune's random/grid generator, behind the sweep's gates."""
+
+        def __init__(self) -> None:
+            self.inner, self.gates = inner, gates
+            self.started: list[Callable[[Any], None]] = []  # told of every trial it hands out
+            self.live: set[str] = set()
+
+        @property
+        def metric(self) -> Any:
+            return self.inner.metric
+
+        @property
+        def total_samples(self) -> int:
+            return int(self.inner.total_samples)
+
+        def set_search_properties(self, metric: Any, mode: Any, config: dict[str, Any], **spec: Any) -> bool:
+            return bool(self.inner.set_search_properties(metric, mode, config, **spec))
+
+        def next_trial(self) -> Any:
+            answers = [gate(set(self.live)) for gate in self.gates]
+            if "done" in answers:
+                self.set_finished()
+                return None
+            if "wait" in answers:
+                return None
+            trial = self.inner.next_trial()
+            if trial is not None:
+                self.live.add(trial.trial_id)
+                for told in self.started:
+                    told(trial)
+            return trial
+
+        def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                              error: bool = False) -> None:
+            self.live.discard(trial_id)
+            self.inner.on_trial_complete(trial_id, result=result, error=error)
+
+        def is_finished(self) -> bool:
+            return bool(self._finished or self.inner.is_finished())
+
+        def set_finished(self) -> None:
+            self._finished = True
+            self.inner.set_finished()
+
+    delegate(GatedVariants, ("add_configurations", "on_trial_result", "has_checkpoint", "save_to_dir",
+                              "restore_from_dir"))
+    return GatedVariants()
+
+
+def delegate(cls: type, names: tuple[str, ...]) -> None:
+    """Give ``cls`` methods that call the same method of ``self.inner``."""
+
+    def make(name: str) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self.inner, name)(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    for name in names:
+        setattr(cls, name, make(name))
+
+
+def is_gated(search_alg: Any) -> bool:
+    return type(search_alg).__name__ == "GatedVariants"
+
+
+def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
+                    stops: Callable[[str], bool] | None = None) -> Any:
+    """``inner`` (any Tune scheduler) behind the sweep's start gates and trial stops."""
+    from ray.tune.schedulers import TrialScheduler
+
+    class SweepScheduler(TrialScheduler):  # type: ignore[misc]
+        """Delegates every decision to Ray's scheduler, except starting a trial while a gate says no, and
+        letting a trial an operator stopped go on."""
+
+        def __init__(self) -> None:
+            self.inner, self.starts = inner, list(starts or [])
+            self.stops = stops
+
+        @property
+        def metric(self) -> Any:
+            return self.inner.metric
+
+        @property
+        def supports_buffered_results(self) -> bool:
+            return bool(self.inner.supports_buffered_results)
+
+        def set_search_properties(self, metric: Any, mode: Any, **spec: Any) -> bool:
+            return bool(self.inner.set_search_properties(metric, mode, **spec))
+
+        def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+            self.inner.on_trial_add(tune_controller, trial)
+
+        def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+            self.inner.on_trial_error(tune_controller, trial)
+
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+            decision = self.inner.on_trial_result(tune_controller, trial, result)
+            if self.stops is not None and self.stops(trial.trial_id):
+                return str(TrialScheduler.STOP)
+            return str(decision)
+
+        def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+            self.inner.on_trial_complete(tune_controller, trial, result)
+
+        def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+            self.inner.on_trial_remove(tune_controller, trial)
+
+        def choose_trial_to_run(self, tune_controller: Any) -> Any:
+            if not all(gate(tune_controller) for gate in self.starts):
+                return None
+            return self.inner.choose_trial_to_run(tune_controller)
+
+        def debug_string(self) -> str:
+            return str(self.inner.debug_string())
+
+        def save(self, checkpoint_path: str) -> None:
+            self.inner.save(checkpoint_path)
+
+        def restore(self, checkpoint_path: str) -> None:
+            self.inner.restore(checkpoint_path)
+
+    return SweepScheduler()

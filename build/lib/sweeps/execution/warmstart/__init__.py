@@ -1,0 +1,1 @@
+"""The warm trial start: which levers a sweep uses, the lean trainer, the process pool, the reaper."""

@@ -1,0 +1,85 @@
+"""Launch: every pre-flight check, then Ray started (or joined) and the MLflow store opened, side by side."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from sweeps import paths
+from sweeps.config.spec import SweepSpec
+from sweeps.errors import BadInput
+from sweeps.execution.cluster import raystart, versions
+from sweeps.execution.resources import plan, remote, storage
+from sweeps.execution.tuning import keeper
+from sweeps.ops.signals import shielded
+from sweeps.tracking import client as mc
+
+BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def check_remote(spec: SweepSpec) -> None:
+    """A multi-node sweep needs a tracking server every node can reach."""
+    if spec.cluster.mode != "remote":
+        return
+    if spec.tracking.uri.startswith(("sqlite:", "file:")):
+        raise BadInput(f"tracking.uri: {spec.tracking.uri!r} is a local store, but cluster=remote runs trials "
+                       f"on other machines; start an MLflow server (mlflow server --backend-store-uri ... "
+                       f"--host 0.0.0.0) and set tracking.uri=http://HOST:PORT")
+
+
+@contextmanager
+def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
+    """Check everything that can be checked, start (or join) Ray, yield (plan, MLflow client); stop Ray.
+
+    Order matters: the plan and the tracking/storage probes run before anything is written.
+    """
+    local = spec.cluster.mode == "local"
+    pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
+    check_remote(spec)
+    if not local:
+        raystart.enable_driver_auth()  # before Ray is imported where it can be: Ray reads the mode at import
+        versions.check(spec.cluster.address or os.environ.get("RAY_ADDRESS"))  # Ray's and Python's, first
+        remote.check_node_types(spec)
+    mc.probe(spec.tracking.uri)
+    storage.check_storage(spec.storage_path)
+    # Ray's processes (and trainables that keep data under $SWEEPS_HOME) must see the same state folder.
+    os.environ["SWEEPS_HOME"] = str(paths.home())
+    custom = {k: v for k, v in pre.resources.total.items() if k not in BUILTIN_RESOURCES} if pre else None
+    # Opening the MLflow store (import, SQLAlchemy engine, closing a dead driver's runs: ~1.5 s) overlaps
+    # Ray's start-up, which mostly waits on its own processes.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeps-mlflow") as pool:
+        opening = pool.submit(_open_store, spec.tracking.uri)
+        raystart.start(spec, pre.num_cpus_to_start if pre else None, custom, pre.concurrent_trials if pre else 1)
+    try:
+        c = opening.result()
+        the_plan = pre or remote.remote_plan(spec)
+        if not local:
+            storage.check_shared_storage(spec.storage_path)
+        yield the_plan, c
+    finally:
+        stop_ray()
+
+
+def stop_ray() -> None:
+    """Stop Ray, or wait for the shutdown the run pipeline began; a signal meanwhile is noted, not raised.
+
+    A second Ctrl-C during that wait would otherwise leave Ray's shutdown thread racing the interpreter's exit:
+    Ray's core worker then ends the process with status 1 instead of the 130 of an interrupted sweep."""
+    with shielded("stopping Ray"):
+        raystart.stop()
+    keeper.after_ray_stopped()
+
+
+def _open_store(uri: str) -> Any:
+    try:
+        c = mc.client(uri)
+        mc.close_stale_runs(c)
+    except Exception as exc:
+        err = mc.schema_error(uri, exc)
+        if err is None:
+            raise
+        raise err from None
+    return c

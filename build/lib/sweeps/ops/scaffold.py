@@ -1,0 +1,214 @@
+"""``sweeps new trainable NAME``: the files of a new trainable, ready to sweep.
+
+Writes ``trainables/NAME.py`` (a complete Ray Train loop in the style of Ray's own docs: resumes with
+``ray.train.get_checkpoint()``, one ``state.pt`` checkpoint read back by its ``load_model`` for promotion,
+``val/loss`` and ``val/acc`` each epoch),
+``conf/trainable/NAME.yaml``, ``search_spaces/NAME.yaml`` and ``conf/experiment/NAME.yaml``. With
+``--from pkg.module:function`` the loop is the user's own function and stays in their own package
+(:mod:`sweeps.ops.adopt`): the trainable's config points at it, the experiment allows that one module
+(``security.allowed_targets``), ``trainables/NAME.py`` holds only what promotion needs, and a cluster sweep ships
+the package to the nodes like ``trainables``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeps import paths
+from sweeps.errors import BadInput
+
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+FROM = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
+
+LOOP = '''"""{name}: a small MLP on scikit-learn's wine data, written like Ray Train's own examples.
+
+Made by `python -m sweeps new trainable {name}`: edit the model, the data and the loop; keep the contract
+(train_loop(config) on every worker, one ray.train.report per epoch, resume from ray.train.get_checkpoint()).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+NUM_FEATURES, NUM_CLASSES = 13, 3
+
+
+def build_model(config: dict[str, Any]) -> Any:
+    """The network (on standardized features)."""
+    from torch import nn
+
+    hidden = int(config.get("hidden_size", 32))
+    return nn.Sequential(nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, NUM_CLASSES))
+
+
+def split(seed: int = 0) -> tuple[Any, Any, Any, Any]:
+    """Raw wine features and labels, as scikit-learn gives them: (x_train, y_train, x_val, y_val) arrays."""
+    from sklearn.datasets import load_wine
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_wine(return_X_y=True)
+    x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.25, random_state=seed, stratify=y)
+    return x_tr, y_tr, x_va, y_va
+
+
+def load_data(seed: int = 0) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """Standardized features and labels as tensors, and the scaler (the training split's mean and std)."""
+    import torch
+
+    x_tr, y_tr, x_va, y_va = split(seed)
+    mean, std = x_tr.mean(axis=0), x_tr.std(axis=0) + 1e-8
+    f = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    scaler = {{"mean": torch.tensor(mean), "std": torch.tensor(std)}}
+    return f(x_tr), torch.tensor(y_tr), f(x_va), torch.tensor(y_va), scaler
+
+
+def load_model(checkpoint_dir: str, config: dict[str, Any]) -> Any:
+    """What `sweeps promote` reads a checkpoint with: state.pt -> the network behind its saved scaler, so the
+    registered model takes raw feature rows."""
+    import torch
+
+    from trainables.common import ServableModel, standardized
+
+    state = torch.load(os.path.join(checkpoint_dir, "state.pt"), weights_only=True)
+    net = build_model(config)
+    net.load_state_dict(state["model"])
+    return ServableModel(module=standardized(net.eval(), state["scaler"]["mean"], state["scaler"]["std"]),
+                         task="classification", columns=tuple(f"feature_{{i}}" for i in range(NUM_FEATURES)),
+                         labels=tuple(range(NUM_CLASSES)))
+
+
+def validation_data() -> tuple[Any, Any]:
+    """Raw held-out rows and their labels: what `sweeps promote` scores the registered model on."""
+    _, _, x_va, y_va = split()
+    return x_va, y_va
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """Runs on every Ray Train worker."""
+    import ray.train
+    import ray.train.torch
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x_tr, y_tr, x_va, y_va, scaler = load_data(int(config.get("seed", 0)))
+    loader = ray.train.torch.prepare_data_loader(
+        DataLoader(TensorDataset(x_tr, y_tr), batch_size=int(config.get("batch_size", 32)), shuffle=True))
+    model = ray.train.torch.prepare_model(build_model(config))
+    optimizer = torch.optim.Adam(model.parameters(), lr=float(config["lr"]))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()  # a PBT donor's, a retry's or a resumed trial's
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:
+            group["lr"] = float(config["lr"])  # the trial's own (maybe mutated) lr, not the donor's
+        start = int(state["epoch"]) + 1
+    for epoch in range(start, int(config.get("epochs", 5))):
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        model.train()
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            out = model(x_va)
+            metrics = {{"val/loss": float(loss_fn(out, y_va)), "val/acc": float((out.argmax(1) == y_va).float().mean()),
+                       "epoch": epoch}}
+        with tempfile.TemporaryDirectory() as d:
+            saved = None
+            if ray.train.get_context().get_world_rank() == 0:
+                torch.save({{"model": getattr(model, "module", model).state_dict(),
+                            "optimizer": optimizer.state_dict(), "epoch": epoch, "scaler": scaler}},
+                           os.path.join(d, "state.pt"))
+                saved = ray.train.Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=saved)
+'''
+
+TRAINABLE = """# The trainable {name}: {how}.
+name: {name}
+loop: {loop}
+builder: {builder}
+load_model: {load_model}  # load_model(checkpoint_dir, config): how `sweeps promote` reads a checkpoint
+metrics: {metrics}
+num_workers: 1
+use_gpu: false
+resources_per_worker: {{CPU: 1}}
+placement_strategy: PACK
+checkpoint_every: 1
+params:{params}
+"""
+OWN_METRICS = "[val/loss, val/acc, epoch]"
+OWN_PARAMS = "\n  epochs: 5\n  batch_size: 32\n  hidden_size: 32\n  lr: 0.01"
+
+SPACE = """# The search space of trainables/{name}.py: edit freely (python -m sweeps run --help lists the dists).
+lr: {{dist: loguniform, low: 1.0e-3, high: 1.0e-1}}
+hidden_size: {{dist: choice, values: [16, 32, 64]}}
+"""
+
+EXPERIMENT = """# @package _global_
+# {name}: `python -m sweeps run +experiment={name}` (made by `python -m sweeps new trainable {name}`).
+defaults:
+  - override /trainable: {name}
+  - override /search_space: {name}
+  - override /scheduler: asha
+
+sweep:
+  name: {name}
+  num_samples: 4
+  max_concurrent_trials: 2
+{objective}{security}"""
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    files: dict[Path, str]
+    experiment: str
+
+
+def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaffold:
+    """The files to write (nothing is written): BadInput for a bad name, an existing trainable or ``--from``."""
+    if not NAME.match(name or ""):
+        raise BadInput(f"NAME: {name!r} is not a trainable name; use lowercase letters, digits and _ (a Python "
+                       f"module name), e.g. `python -m sweeps new trainable my_mlp`")
+    root = root or paths.conf_dir().parent
+    files = {root / "trainables" / f"{name}.py": "", root / "conf" / "trainable" / f"{name}.yaml": "",
+             root / "search_spaces" / f"{name}.yaml": "", root / "conf" / "experiment" / f"{name}.yaml": ""}
+    taken = [str(p) for p in files if p.exists()]
+    if taken:
+        raise BadInput(f"NAME: trainable {name!r} exists already ({', '.join(taken)}); pick another name")
+    if not (root / "trainables" / "__init__.py").is_file():
+        raise BadInput(f"NAME: no trainables/ package under {root}; run `sweeps new` from the project folder")
+    if source is None:
+        texts = [LOOP.format(name=name), TRAINABLE.format(name=name, loop=f"trainables.{name}.train_loop",
+                                                          builder=f"trainables.{name}.build_model",
+                                                          load_model=f"trainables.{name}.load_model",
+                                                          how="made by `python -m sweeps new trainable`",
+                                                          metrics=OWN_METRICS, params=OWN_PARAMS),
+                 SPACE.format(name=name), EXPERIMENT.format(name=name, objective="", security="")]
+        return Scaffold(dict(zip(files, texts, strict=True)), name)
+    from sweeps.ops import adopt
+
+    if not FROM.match(source):
+        raise BadInput(f"--from: {source!r} is not pkg.module:function (or pkg.module.function)")
+    a = adopt.adopt(name, source)
+    texts = [a.stub, TRAINABLE.format(name=name, loop=a.loop, builder="null", how=f"your own {source}",
+                                      load_model=f"trainables.{name}.load_model", metrics=a.metrics,
+                                      params=a.params),
+             a.space, EXPERIMENT.format(name=name, objective=a.objective, security=a.security)]
+    return Scaffold(dict(zip(files, texts, strict=True)), name)
+
+
+def write(scaffold: Scaffold) -> list[Path]:
+    for path, text in scaffold.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(scaffold.files)

@@ -1,0 +1,1 @@
+"""MLflow glue: the client helpers, the Tune callback that writes every run, the parent run, the server."""

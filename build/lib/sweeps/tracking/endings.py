@@ -1,0 +1,131 @@
+"""How a trial's MLflow run ends: its last metrics, error, best checkpoint, tags and final status, retried
+until MLflow takes them (a mixin of the tracker, :mod:`sweeps.tracking.callback`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sweeps import uris
+from sweeps.config import redaction
+from sweeps.tracking.client import set_tags
+from sweeps.trials import error_text, trial_location
+
+log = logging.getLogger(__name__)
+
+
+class Endings:
+    """The tracker's endings; the tracker gives it ``client``, ``timer``, ``runs``, ``opened``, ``buffers``,
+    ``finals``, ``book``, ``flush`` and ``_run_for``."""
+
+    client: Any
+    timer: Any
+    runs: dict[str, str]
+    opened: set[str]
+    buffers: dict[str, list[Any]]
+    finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]]
+    book: Any
+    epochs: int | None
+    secrets: set[str]
+    log_checkpoints: bool
+    drain_s: float
+    storage_fs: Any
+
+    def flush(self, force: bool = False) -> bool:
+        raise NotImplementedError
+
+    def _run_for(self, trial: Any) -> str:
+        raise NotImplementedError
+
+    def dedupe(self) -> None:
+        raise NotImplementedError
+
+    def _safe(self, fn: Any) -> None:
+        try:
+            with self.timer:
+                fn()
+        except Exception as exc:
+            log.warning("MLflow call failed: %s", exc)
+
+    def _finish(self, trial: Any, status: str) -> None:
+        """Queue the trial's final writes (metrics, error, best checkpoint, tags, status) and try them now.
+
+        If MLflow is unreachable they stay queued: every later flush retries, and :meth:`drain` at the end
+        of the sweep waits for them, so a server that is down for a while loses nothing.
+        """
+        last = trial.last_result or {}
+        done = last.get("training_iteration")  # Tune's count: a loop's own `epoch` may start at 0
+        budget = (trial.config or {}).get("epochs", self.epochs)
+        early = bool(status == "FINISHED" and budget and isinstance(done, int | float) and done < budget)
+        tags = {"status": "ERROR" if status == "FAILED" else "TERMINATED", "early_stopped": str(early).lower(),
+                "retries": str(trial.num_failures), "trial_dir": trial_location(trial, self.storage_fs) or ""}
+        error = None
+        if status == "FAILED":
+            error = redaction.scrub(error_text(trial, self.storage_fs), self.secrets)
+        best = self.book.best(trial.trial_id)  # ranked as Tune keeps them: the checkpoint promotion registers too
+        if best is not None:
+            tags["best_checkpoint"] = best[0]
+            tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
+        self.finals[trial.trial_id] = (trial, status, tags, error, best[0] if best else None)
+        self.flush(force=True)
+
+    def _try_finals(self) -> bool:
+        for tid, (trial, status, tags, error, ckpt) in list(self.finals.items()):
+            if self.buffers.get(tid):
+                return False  # metrics first: a FINISHED run must already hold its history
+            try:
+                run_id = self._run_for(trial)
+                with self.timer:
+                    if error is not None:
+                        self._log_error(run_id, error)
+                    if ckpt and self.log_checkpoints and uris.is_dir(ckpt):
+                        with uris.local_copy(ckpt) as folder:
+                            self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
+                    set_tags(self.client, run_id, tags)
+                    self.client.set_terminated(run_id, status=status)
+                self.opened.discard(run_id)
+                del self.finals[tid]
+            except Exception as exc:
+                log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
+                return False
+        return True
+
+    def drain(self, timeout_s: float = 120.0) -> bool:
+        """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.flush(force=True) and not self.finals:
+                return True
+            if time.monotonic() > deadline:
+                left = sum(map(len, self.buffers.values()))
+                log.warning("MLflow still unreachable: %d metric value(s) and %d run ending(s) not written; "
+                            "`python -m sweeps sync SWEEP_ID` back-fills them from the Ray results",
+                            left, len(self.finals))
+                return False
+            time.sleep(2.0)
+
+    def _log_error(self, run_id: str, text: str) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "error.txt").write_text(text)
+            self.client.log_artifact(run_id, os.path.join(d, "error.txt"))
+        self.client.set_tag(run_id, "error", text.strip().splitlines()[-1][:500] if text.strip() else "")
+
+    def close_open(self, status: str = "KILLED") -> None:
+        """End every run this tracker opened that is not final yet (Ctrl-C, crash), within ``drain_s``."""
+        deadline = time.monotonic() + self.drain_s
+        self.drain(timeout_s=self.drain_s)
+        self.dedupe()
+        for run_id in sorted(self.opened):
+            if time.monotonic() > deadline:
+                log.warning("MLflow: %d run(s) left open after %.0f s; `python -m sweeps sync` closes them",
+                            len(self.opened), self.drain_s)
+                return
+            try:
+                self.client.set_terminated(run_id, status=status)
+                self.opened.discard(run_id)
+            except Exception as exc:
+                log.warning("MLflow: could not close run %s (%s)", run_id, exc)
