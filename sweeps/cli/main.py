@@ -129,7 +129,8 @@ HANDLERS = {
     "sync": ("mlflow", "cli_sync"), "ui": ("mlflow", "cli_ui"),
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
-    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "init": ("new", "cli_init"), "confirm": ("run", "cli_confirm"),
+    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "init": ("new", "cli_init"),
+    "confirm": ("run", "cli_confirm"),
 }
 
 
