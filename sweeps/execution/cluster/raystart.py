@@ -210,7 +210,7 @@ def worker_pool_settings(levers: warm.Levers, trials_at_once: int = 1, workers_p
     preloads = False
     if levers.pool:
         preloads, why = pool.preload(trials_at_once, workers_per_trial)
-        log.info("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
+        log.debug("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
     first_driver = os.environ.get("SWEEPS_PRESTART", "1") != "0"
     if (preloads or not first_driver) and core.applies(raylet_config.LEVER):
         return raylet_config.init_kwargs(preloads, first_driver)

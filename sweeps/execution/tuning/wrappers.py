@@ -149,4 +149,5 @@ def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
         def restore(self, checkpoint_path: str) -> None:
             self.inner.restore(checkpoint_path)
 
+    SweepScheduler.__name__ = SweepScheduler.__qualname__ = type(inner).__name__  # what Tune's box names
     return SweepScheduler()
