@@ -1,0 +1,160 @@
+"""A resumed sweep makes the same decisions as one that never stopped: scheduler state saved and restored.
+
+Trials run one at a time over a fixed grid of a deterministic loop (:mod:`decisions`), so a straight sweep's
+decisions are known (Tune's own scheduler classes fed the same results in the same order); each sweep here is
+stopped after some trials (SIGTERM, SIGKILL of the driver), resumed, and must give every configuration the
+same epochs. Each test needs its own sweep: the stop is the subject. Slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SweepsEnv, wait_for
+from decisions import LRS, epochs_by_lr, overlapping, project, straight_epochs
+
+pytestmark = pytest.mark.slow
+EPOCHS = 6
+
+
+class Project:
+    """The test's project folder (its own conf and trainable) and the sweeps CLI run from it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.env = SweepsEnv(tmp_path)
+        self.root = tmp_path / "proj"
+        self.conf = project(self.root)
+        self.env.env["SWEEPS_CONF_DIR"] = str(self.conf)
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return self.env.run(*args, cwd=self.root, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=self.root, env=self.env.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def record(self) -> dict | None:
+        found = list((self.env.home / "sweeps").glob("[!.]*.json")) if (self.env.home / "sweeps").is_dir() else []
+        return json.loads(found[0].read_text()) if len(found) == 1 else None
+
+    def ended(self) -> int:
+        """Trials that ended, by the sweep's event log."""
+        rec = self.record()
+        log = self.env.home / "logs" / f"{rec['sweep_id']}.log" if rec else None
+        if log is None or not log.is_file():
+            return 0
+        return sum('"status": "TERMINATED"' in line for line in log.read_text().splitlines())
+
+
+def _stop_after(p: Project, proc: subprocess.Popen[str], trials: int, sig: int) -> str:
+    wait_for(lambda: p.ended() >= trials or proc.poll() is not None, 300, 0.5, f"{trials} trials to end")
+    assert proc.poll() is None, "the sweep ended before it could be stopped"
+    if sig == signal.SIGKILL:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=180)
+    p.env.kill_ray()
+    return out
+
+
+def _asha() -> object:
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", max_t=EPOCHS, grace_period=1, reduction_factor=2,
+                         brackets=1)
+
+
+ASHA = ["+experiment=detloop", "scheduler=asha", "scheduler.grace_period=1", "scheduler.reduction_factor=2"]
+
+
+def test_asha_resumed_after_sigterm_decides_as_the_straight_run_even_with_a_damaged_tuner_pkl(
+        tmp_path: Path) -> None:
+    """SIGTERM after 3 trials, tuner.pkl then truncated (a driver killed mid-write): resume puts the kept copy
+    back, restores ASHA's rungs, runs one trial at a time again, and every lr gets the straight run's epochs.
+    The status line after the resume counts the trials before the stop too, as the final summary does."""
+    p = Project(tmp_path)
+    try:
+        out = _stop_after(p, p.start("run", *ASHA), 3, signal.SIGTERM)
+        rec = p.record()
+        assert rec and rec["status"] == "interrupted", out[-3000:]
+        tuner_pkl = Path(rec["experiment_dirs"][0]) / "tuner.pkl"
+        tuner_pkl.write_bytes(tuner_pkl.read_bytes()[: tuner_pkl.stat().st_size // 2])
+        resumed = p.run("resume", "latest")
+        said = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, said[-4000:]
+        rec = p.record()
+        assert epochs_by_lr(rec["experiment_dirs"]) == straight_epochs(_asha(), LRS, EPOCHS)
+        assert "tuner.pkl was damaged: put back" in said, said[-3000:]
+        assert "the scheduler AsyncHyperBandScheduler continues from its state" in said, said[-3000:]
+        assert overlapping(rec["experiment_dirs"]) == 1, "sweep.max_concurrent_trials=1 held after the resume"
+        final = [line for line in said.splitlines() if "trials:" in line and "done" in line][-1]
+        c = rec["counts"]
+        assert f"{c['completed'] + c['early_stopped']} done ({c['early_stopped']} stopped early)" in final, \
+            (final, c)
+    finally:
+        p.env.cleanup()
+
+
+def test_asha_resumed_after_sigkill_decides_as_the_straight_run_and_extend_judges_new_trials_by_the_old(
+        tmp_path: Path) -> None:
+    """SIGKILL of the driver after 3 trials (its last saved state is up to one checkpoint old): the resume still
+    decides as the straight run; then `extend` adds 2 trials, judged against the rungs of the 6 before them."""
+    p = Project(tmp_path)
+    try:
+        _stop_after(p, p.start("run", *ASHA), 3, signal.SIGKILL)
+        resumed = p.run("resume", "latest")
+        assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+        rec = p.record()
+        assert epochs_by_lr(rec["experiment_dirs"]) == straight_epochs(_asha(), LRS, EPOCHS)
+        extended = p.run("extend", "latest", "--more-trials", "2")
+        assert extended.returncode == 0, (extended.stdout + extended.stderr)[-4000:]
+        rec = p.record()
+        added = _lrs_in_order(rec["experiment_dirs"][-1])
+        oracle = _asha()
+        straight_epochs(oracle, LRS, EPOCHS)  # ASHA's rungs as the first six trials left them
+        expected = [straight_epochs(oracle, [lr], EPOCHS)[lr] for lr in added]  # then each added trial, in order
+        assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected)
+    finally:
+        p.env.cleanup()
+
+
+def _trials_in_order(experiment_dir: str) -> list[list[dict]]:
+    rows = []
+    for trial in Path(experiment_dir).iterdir():
+        f = trial / "result.json"
+        if f.is_file():
+            rows.append([json.loads(x) for x in f.read_text().splitlines() if x.strip()])
+    return sorted((r for r in rows if r), key=lambda r: r[0]["wall"])
+
+
+def _lrs_in_order(experiment_dir: str) -> list[float]:
+    return [float(r[0]["config"]["lr"]) for r in _trials_in_order(experiment_dir)]
+
+
+def _epochs_in_order(experiment_dir: str) -> list[int]:
+    return [int(max(x["training_iteration"] for x in r)) for r in _trials_in_order(experiment_dir)]
+
+
+def test_the_median_rule_resumed_after_sigterm_decides_as_the_straight_run(tmp_path: Path) -> None:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    p = Project(tmp_path)
+    try:
+        args = ["+experiment=detloop", "scheduler=median", "scheduler.grace_period=1"]
+        _stop_after(p, p.start("run", *args), 3, signal.SIGTERM)
+        resumed = p.run("resume", "latest")
+        said = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, said[-4000:]
+        oracle = MedianStoppingRule(time_attr="training_iteration", grace_period=1, min_samples_required=2,
+                                    min_time_slice=10**9, hard_stop=True)
+        assert epochs_by_lr(p.record()["experiment_dirs"]) == straight_epochs(oracle, LRS, EPOCHS)
+        assert "the scheduler MedianStoppingRule continues from its state" in said, said[-3000:]
+    finally:
+        p.env.cleanup()
