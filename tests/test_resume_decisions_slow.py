@@ -158,3 +158,57 @@ def test_the_median_rule_resumed_after_sigterm_decides_as_the_straight_run(tmp_p
         assert "the scheduler MedianStoppingRule continues from its state" in said, said[-3000:]
     finally:
         p.env.cleanup()
+
+
+def test_hyperband_resumed_after_sigterm_decides_as_a_straight_sweep(tmp_path: Path) -> None:
+    """HyperBand pauses and resumes trials itself, so its straight decisions come from a real straight sweep (the
+    same project, the same grid), against the same sweep stopped after 2 trials ended and resumed."""
+    args = ["+experiment=detloop", "scheduler=hyperband", "scheduler.reduction_factor=3"]
+    straight = Project(tmp_path / "straight")
+    try:
+        done = straight.run("run", *args)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        expected = epochs_by_lr(straight.record()["experiment_dirs"])
+    finally:
+        straight.env.cleanup()
+    p = Project(tmp_path / "stopped")
+    try:
+        _stop_after(p, p.start("run", *args), 2, signal.SIGTERM)
+        resumed = p.run("resume", "latest")
+        said = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, said[-4000:]
+        assert epochs_by_lr(p.record()["experiment_dirs"]) == expected
+        assert "the scheduler HyperBandScheduler continues from its state" in said, said[-3000:]
+    finally:
+        p.env.cleanup()
+
+
+def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop(tmp_path: Path) -> None:
+    """PBT's population (each trial's last score and last perturbation) as saved with the stopped sweep's state
+    is the one the resumed run decides from."""
+    import ray.cloudpickle as cloudpickle
+    from ray.tune import ExperimentAnalysis
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from sweeps.execution.levers import scheduler_state
+
+    p = Project(tmp_path)
+    args = ["+experiment=detloop", "scheduler=pbt", "searcher=random", "sweep.num_samples=3",
+            "sweep.max_concurrent_trials=2", "trainable.params.epochs=10", "trainable.params.epoch_sleep_s=0.3",
+            "checkpoint.num_to_keep=10",
+            "scheduler.hyperparam_mutations={lr: {dist: choice, values: [0.05, 0.02, 0.005]}}"]
+    try:
+        _stop_after(p, p.start("run", *args), 1, signal.SIGTERM)
+        exp = p.record()["experiment_dirs"][0]
+        (newest,) = sorted(Path(exp).glob("callback-states-*.pkl"))[-1:]
+        (saved,) = [s for s in cloudpickle.loads(newest.read_bytes()).values() if s and s.get("how") == "lever"]
+        before = PopulationBasedTraining(hyperparam_mutations={"lr": [1]})
+        scheduler_state.load(before, saved["data"], {t.trial_id: t for t in ExperimentAnalysis(exp).trials})
+        expected = {k: list(v) for k, v in sorted(scheduler_state.population(before).items())}
+        resumed = p.run("resume", "latest")
+        said = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, said[-4000:]
+        line = next(x for x in said.splitlines() if "the scheduler PopulationBasedTraining continues" in x)
+        assert json.loads(line.split("; population ", 1)[1]) == expected, (line, expected)
+    finally:
+        p.env.cleanup()

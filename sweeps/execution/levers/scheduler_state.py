@@ -22,6 +22,10 @@ TAG = "sweeps-trial"
 
 
 def _probe() -> str | None:
+    from ray.train._internal import session
+
+    if not hasattr(session, "_FutureTrainingResult"):
+        return "Train's in-flight checkpoint save moved (ray.train._internal.session._FutureTrainingResult)"
     from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 
     for cls in (HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining):
@@ -44,13 +48,21 @@ def handles(scheduler: Any) -> bool:
 
 
 def dump(scheduler: Any) -> bytes:
-    """The scheduler's attributes, each ``Trial`` in them pickled as its id."""
+    """The scheduler's attributes, each ``Trial`` in them pickled as its id, and each object of this Ray session
+    (an object ref, a checkpoint save still in flight, which PBT keeps as a donor's) as None: a resumed run has
+    another session, and PBT takes a donor without a saved checkpoint as one to skip until its next save."""
+    import ray
     from ray import cloudpickle
+    from ray.train._internal.session import _FutureTrainingResult
     from ray.tune.experiment import Trial
+
+    session_bound = (ray.ObjectRef, _FutureTrainingResult)
 
     class Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
         def persistent_id(self, obj: Any) -> Any:
-            return (TAG, obj.trial_id) if isinstance(obj, Trial) else None
+            if isinstance(obj, Trial):
+                return (TAG, obj.trial_id)
+            return (TAG + "-none", None) if isinstance(obj, session_bound) else None
 
     buf = io.BytesIO()
     Pickler(buf).dump(dict(vars(scheduler)))
@@ -65,9 +77,21 @@ def load(scheduler: Any, data: bytes, trials: Mapping[str, Any]) -> None:
     class Unpickler(pickle.Unpickler):
         def persistent_load(self, pid: Any) -> Any:
             tag, trial_id = pid
+            if tag == TAG + "-none":
+                return None
             if tag != TAG:
                 raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
             return trials[trial_id]
 
     state = Unpickler(io.BytesIO(data)).load()
     vars(scheduler).update(state)
+
+
+def population(scheduler: Any) -> dict[str, tuple[Any, Any]] | None:
+    """PBT's (or PB2's) population as it decides from it: trial id -> (last score, last perturbation time);
+    None for other schedulers."""
+    states = getattr(scheduler, "_trial_state", None)
+    if not isinstance(states, dict):
+        return None
+    return {t.trial_id: (getattr(s, "last_score", None), getattr(s, "last_perturbation_time", None))
+            for t, s in states.items()}

@@ -17,6 +17,7 @@ the trials already run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -138,10 +139,20 @@ def callback(name: str, experiment_dir: str) -> Any:
             if why:
                 log.warning("%s", differs(type(inner).__name__, why))
             else:
-                log.info("the scheduler %s continues from its state of %s", type(inner).__name__,
-                         time.strftime("%H:%M:%S", time.localtime(state.get("saved_at", 0))))
+                log.info("the scheduler %s continues from its state of %s%s", type(inner).__name__,
+                         time.strftime("%H:%M:%S", time.localtime(state.get("saved_at", 0))), _population(inner))
 
     return SchedulerState()
+
+
+def _population(inner: Any) -> str:
+    """``; population {trial: (score, last perturbation)}`` for PBT and PB2, else ""."""
+    from sweeps.execution.levers import core, scheduler_state
+
+    if not core.applies(scheduler_state.LEVER):
+        return ""
+    found = scheduler_state.population(inner)
+    return f"; population {json.dumps(dict(sorted(found.items())))}" if found else ""
 
 
 def saved_state(experiment_dir: str) -> dict[str, Any] | None:
