@@ -28,6 +28,11 @@ COMMANDS = {
     "new": "scaffold a trainable in your project: new trainable NAME [--from pkg.module:function] [--dir D]",
     "init": "start a project here (or --dir): conf/, search_spaces/ and a starter experiment",
     "confirm": "re-run the top-k configurations with fresh seeds; rank them by 95 percent intervals",
+    "status": "a sweep's state, trials, best, time left and what it holds (--watch, --json)",
+    "stop": "stop a running sweep gracefully, or --now (resumable either way)",
+    "pause": "hold a running sweep: no trial starts until unpause",
+    "unpause": "let a paused sweep start trials again",
+    "trial": "trial stop SWEEP TRIAL_ID: end one trial at its next report, as an early stop",
 }
 
 
@@ -117,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
             from sweeps.cli import new
 
             new.add_arguments(sp)
+        elif name in ("status", "stop", "pause", "unpause", "trial"):
+            from sweeps.cli import operate
+
+            operate.add_arguments(name, sp)
         elif name == "init":
             sp.add_argument("--dir", default=None, help="the project folder (default: the current one)")
             sp.add_argument("--name", default="starter", help="the starter experiment's name")
@@ -130,7 +139,8 @@ HANDLERS = {
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
     "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "init": ("new", "cli_init"),
-    "confirm": ("run", "cli_confirm"),
+    "confirm": ("run", "cli_confirm"), "status": ("operate", "cli_status"), "stop": ("operate", "cli_stop"),
+    "pause": ("operate", "cli_pause"), "unpause": ("operate", "cli_unpause"), "trial": ("operate", "cli_trial"),
 }
 
 

@@ -91,6 +91,10 @@ class Progress:
         text += f" | {_fmt_s(elapsed)} elapsed" + ("" if final else self._left(elapsed))
         return text
 
+    def left_text(self) -> str:
+        """What is left, in words ("" when nothing can be said)."""
+        return self._left(time.time() - self.start).removeprefix(", ")
+
     def _left(self, elapsed: float) -> str:
         quiet = time.time() - self.last_event
         if quiet >= QUIET_S:  # an estimate from past progress would claim progress that is not happening

@@ -9,7 +9,7 @@ from sweeps import uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
 from sweeps.execution.train.trial import TrialSetup, run_trial
-from sweeps.execution.tuning import firstreport, recovery, session
+from sweeps.execution.tuning import control, firstreport, recovery, session
 from sweeps.execution.tuning.budget import Budget
 from sweeps.execution.tuning.callbacks import register, train_dir
 from sweeps.execution.tuning.concurrency import Capacity, capacity_gate, make_elastic
@@ -108,7 +108,8 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
                             spec.sweep.max_concurrent_trials)
         search_alg = make_elastic(search_alg, capacity, live.census)
         starts.append(capacity_gate(capacity))
-    scheduler = sweep_scheduler(build_scheduler(spec), starts, name=name)
+    scheduler = sweep_scheduler(build_scheduler(spec), [*starts, control.start_gate(name)],
+                                control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
         search_alg = gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
