@@ -79,8 +79,7 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
            "live": livestatus.callback(name, sweep_id, uris.join(spec.storage_path, name), plan.per_trial, progress,
                                        plan.total_trials)}
     out["scheduler_state"] = schedstate.callback(name, uris.join(spec.storage_path, name))
-    if spec.cluster.mode != "local":
-        out["census"] = census_callback(live.census)
+    out["census"] = census_callback(live.census)  # paused trials free their slots: the limit leaves them out
     return out
 
 

@@ -83,6 +83,27 @@ def trial_stops(name: str) -> Any:
     return _Stops(name)
 
 
+class _Holding:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> bool:
+        held = not control_of(self.name).may_start()
+        if held:
+            # With nothing running, Tune's loop blocks asking the search algorithm for a trial once a second,
+            # and no callback runs: the live record is kept (and an unpause read) from here then.
+            live_record = session.session(self.name).callbacks.get("live")
+            if live_record is not None and hasattr(live_record, "tick"):
+                live_record.tick()
+            held = not control_of(self.name).may_start()
+        return held
+
+
+def holding(name: str) -> Any:
+    """A picklable ``hold()`` for the run ``name``'s search algorithm: True while no trial may start."""
+    return _Holding(name)
+
+
 def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple[str, str]:
     """Apply one request: (answer state, why)."""
     verb, who = request.get("verb"), request.get("sender") or {}

@@ -53,6 +53,11 @@ def callback(name: str, sweep_id: str, experiment_dir: str, per_trial: dict[str,
         def __init__(self) -> None:
             self.written_at = self.polled_at = 0.0
             self.started = time.time()
+            self.trials: list[Any] = []  # as of Tune's last step
+
+        def tick(self) -> None:
+            """Between Tune's steps (its loop waiting for a trial): read the requests, keep the status fresh."""
+            self.on_step_begin(-1, self.trials)
 
         def state(self, c: control.Control) -> str:
             return "stopping" if c.stopping else "paused" if c.paused else "running"
@@ -104,6 +109,7 @@ def callback(name: str, sweep_id: str, experiment_dir: str, per_trial: dict[str,
 
         def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
             now = time.time()
+            self.trials = trials
             if now - self.polled_at >= control.EVERY_S:
                 self.polled_at = now
                 self.poll(trials)

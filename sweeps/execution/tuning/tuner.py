@@ -12,7 +12,7 @@ from sweeps.execution.train.trial import TrialSetup, run_trial
 from sweeps.execution.tuning import control, firstreport, recovery, session
 from sweeps.execution.tuning.budget import Budget
 from sweeps.execution.tuning.callbacks import register, train_dir
-from sweeps.execution.tuning.concurrency import Capacity, capacity_gate, make_elastic
+from sweeps.execution.tuning.concurrency import Capacity, Fixed, capacity_gate, make_elastic
 from sweeps.execution.tuning.hours import Ledger, gated
 from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
 from sweeps.execution.tuning.wrappers import sweep_scheduler
@@ -103,11 +103,12 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     run_callbacks = register(spec, plan, sweep_id, name, callbacks)
     live = session.session(name)
     starts: list[Any] = []
+    capacity: Any = Fixed(plan.concurrent_trials)
     if spec.cluster.mode != "local":
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
-        search_alg = make_elastic(search_alg, capacity, live.census)
         starts.append(capacity_gate(capacity))
+    search_alg = make_elastic(search_alg, capacity, live.census, control.holding(name))
     scheduler = sweep_scheduler(build_scheduler(spec), [*starts, control.start_gate(name)],
                                 control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
