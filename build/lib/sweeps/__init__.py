@@ -27,14 +27,20 @@ if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers and editors
         confirm,
         extend,
         load,
+        pause,
         promote,
         resume,
         run,
+        status,
+        stop,
+        stop_trial,
+        unpause,
     )
 
 __version__ = "0.1.0"
 __all__ = ["BadInput", "BestTrial", "Confirmation", "GateRefused", "SweepInterrupted", "SweepResult", "SweepsError",
-           "__version__", "confirm", "extend", "load", "promote", "resume", "run"]
+           "__version__", "confirm", "extend", "load", "pause", "promote", "resume", "run", "status", "stop",
+           "stop_trial", "unpause"]
 _FROM_API = frozenset(__all__) - {"BadInput", "GateRefused", "SweepsError", "__version__"}
 
 

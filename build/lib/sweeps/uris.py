@@ -67,6 +67,15 @@ def _info(location: str) -> Any:
     return fs.get_file_info(path)
 
 
+def mtime(location: str) -> float | None:
+    """When ``location`` was last written (seconds since the epoch), None where the filesystem does not say."""
+    try:
+        when = _info(location).mtime
+    except (FileNotFoundError, OSError):
+        return None
+    return when.timestamp() if when is not None else None
+
+
 def exists(location: str) -> bool:
     import pyarrow.fs as pafs
 

@@ -14,7 +14,7 @@ handlers are left alone, Ctrl-C (a kernel interrupt) stops the sweep cleanly and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sweeps.api import calls
 from sweeps.api.result import BestTrial, Confirmation, SweepInterrupted, SweepResult
@@ -23,8 +23,8 @@ from sweeps.errors import BadInput
 if TYPE_CHECKING:
     from sweeps.registry.promote import Promotion
 
-__all__ = ["BestTrial", "Confirmation", "SweepInterrupted", "SweepResult", "confirm", "extend", "load", "promote",
-           "resume", "run"]
+__all__ = ["BestTrial", "Confirmation", "SweepInterrupted", "SweepResult", "confirm", "extend", "load", "pause",
+           "promote", "resume", "run", "status", "stop", "stop_trial", "unpause"]
 
 
 def _checked_overrides(overrides: Sequence[str], problems: list[str]) -> list[str]:
@@ -147,3 +147,43 @@ def promote(sweep_id: str = "latest", *, model_name: str | None = None, alias: s
                       confirmed=confirmed)
     notify_promoted(result.sweep_id, str(result))
     return result
+
+
+def status(sweep: str = "latest") -> dict[str, Any]:
+    """A sweep's status, as its driver last wrote it into the sweep's storage (from any machine that reads it):
+    ``state``, ``driver`` (host, pid, lease, launched by), ``trials`` (running, waiting, done, stopped_early,
+    failed), ``best``, ``elapsed_s``, ``left``, ``held`` (CPUs, GPUs, nodes), ``last_progress``, ``paused``,
+    ``alive`` (the driver's lease holds). ``sweep``: an id, ``"latest"``, or the experiment folder's URI."""
+    from sweeps.ops import operate
+
+    return operate.status(sweep)
+
+
+def stop(sweep: str = "latest", *, now: bool = False) -> dict[str, Any]:
+    """Stop a running sweep: gracefully (no trial starts; running trials end at their next report), or ``now``.
+    The sweep ends as after SIGTERM (status interrupted, resumable). Returns the driver's answer; raises BadInput
+    when it cannot apply (not running, a stop already pending)."""
+    from sweeps.ops import operate
+
+    return operate.send(sweep, "stop_now" if now else "stop")
+
+
+def pause(sweep: str = "latest") -> dict[str, Any]:
+    """Hold a running sweep: no trial starts until :func:`unpause`; running trials go on."""
+    from sweeps.ops import operate
+
+    return operate.send(sweep, "pause")
+
+
+def unpause(sweep: str = "latest") -> dict[str, Any]:
+    """Let a paused sweep start trials again."""
+    from sweeps.ops import operate
+
+    return operate.send(sweep, "unpause")
+
+
+def stop_trial(sweep: str, trial_id: str) -> dict[str, Any]:
+    """End one trial of a running sweep at its next report, as a scheduler's early stop (checkpoint kept)."""
+    from sweeps.ops import operate
+
+    return operate.send(sweep, "trial_stop", trial_id)

@@ -25,10 +25,20 @@ def host(hosted: bool, progress: bool = True) -> Iterator[None]:
     if not hosted:
         yield
         return
+    import os
+
     from sweeps.ops.signals import hosted as hosted_signals
 
-    with hosted_signals(), status_line(progress):
-        yield
+    before = os.environ.get("SWEEPS_LAUNCHED_BY")
+    os.environ["SWEEPS_LAUNCHED_BY"] = "api"  # what `sweeps status` says launched it
+    try:
+        with hosted_signals(), status_line(progress):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("SWEEPS_LAUNCHED_BY", None)
+        else:
+            os.environ["SWEEPS_LAUNCHED_BY"] = before
 
 
 def run_overrides(overrides: Sequence[str], *, hosted: bool = True, progress: bool = True) -> SweepResult:

@@ -25,8 +25,14 @@ COMMANDS = {
     "ui": "start the MLflow UI on 127.0.0.1 for the configured store",
     "schedule": "nightly sweeps: schedule add|list|remove|run",
     "doctor": "check the environment and say how to fix what is wrong",
-    "new": "scaffold a trainable: new trainable NAME [--from pkg.module:function]",
+    "new": "scaffold a trainable in your project: new trainable NAME [--from pkg.module:function] [--dir D]",
+    "init": "start a project here (or --dir): conf/, search_spaces/ and a starter experiment",
     "confirm": "re-run the top-k configurations with fresh seeds; rank them by 95 percent intervals",
+    "status": "a sweep's state, trials, best, time left and what it holds (--watch, --json)",
+    "stop": "stop a running sweep gracefully, or --now (resumable either way)",
+    "pause": "hold a running sweep: no trial starts until unpause",
+    "unpause": "let a paused sweep start trials again",
+    "trial": "trial stop SWEEP TRIAL_ID: end one trial at its next report, as an early stop",
 }
 
 
@@ -116,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
             from sweeps.cli import new
 
             new.add_arguments(sp)
+        elif name in ("status", "stop", "pause", "unpause", "trial"):
+            from sweeps.cli import operate
+
+            operate.add_arguments(name, sp)
+        elif name == "init":
+            sp.add_argument("--dir", default=None, help="the project folder (default: the current one)")
+            sp.add_argument("--name", default="starter", help="the starter experiment's name")
     return p
 
 
@@ -125,7 +138,9 @@ HANDLERS = {
     "sync": ("mlflow", "cli_sync"), "ui": ("mlflow", "cli_ui"),
     "report": ("reports", "cli_report"), "compare": ("reports", "cli_compare"), "list": ("reports", "cli_list"),
     "promote": ("models", "cli_promote"), "models": ("models", "cli_models"),
-    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "confirm": ("run", "cli_confirm"),
+    "doctor": ("doctor", "cli_doctor"), "new": ("new", "cli_new"), "init": ("new", "cli_init"),
+    "confirm": ("run", "cli_confirm"), "status": ("operate", "cli_status"), "stop": ("operate", "cli_stop"),
+    "pause": ("operate", "cli_pause"), "unpause": ("operate", "cli_unpause"), "trial": ("operate", "cli_trial"),
 }
 
 

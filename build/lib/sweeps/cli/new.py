@@ -10,15 +10,33 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("name", metavar="NAME", help="the trainable's name (a Python module name)")
     sp.add_argument("--from", dest="source", default=None, metavar="PKG.MODULE:FUNCTION",
                     help="sweep an existing training function instead of writing a new loop")
+    sp.add_argument("--dir", default=None, help="the project folder to write into (default: the current one)")
 
 
 def cli_new(args: argparse.Namespace) -> int:
     from sweeps.ops import prepare, scaffold
 
-    plan = scaffold.plan(args.name, args.source)
+    plan = scaffold.plan(args.name, args.source, args.dir)
     for path in scaffold.write(plan):
         print(f"wrote {path}")
-    spec = prepare.prepare([f"+experiment={plan.experiment}"])
-    print(prepare.dry_run(spec))
+    if args.dir:
+        import os
+
+        os.chdir(args.dir)  # the project's configs: the ones the dry-run composes
+    overrides = [f"+experiment={plan.experiment}"]
+    print(prepare.dry_run(prepare.prepare(overrides), overrides))
     print(f"\nnext: python -m sweeps run +experiment={plan.experiment}")
+    return 0
+
+
+def cli_init(args: argparse.Namespace) -> int:
+    import os
+
+    from sweeps.ops import project
+
+    for path in project.init(args.dir, args.name):
+        print(f"wrote {path}")
+    where = f"cd {args.dir} && " if args.dir and os.path.abspath(args.dir) != os.getcwd() else ""
+    print(f"\nnext: {where}python -m sweeps run +experiment={args.name}   (your own trainable: python -m sweeps "
+          f"new trainable NAME)")
     return 0

@@ -67,8 +67,11 @@ def cmd_run(argv: Sequence[str]) -> int:
         print(prepare.dry_run(prepare.prepare(overrides), overrides))
         return 0
     from sweeps.api import calls
+    from sweeps.cli.terminal import sweep_terminal
 
-    return finished(calls.run_overrides(overrides, hosted=False))
+    with sweep_terminal():
+        result = calls.run_overrides(overrides, hosted=False)
+    return finished(result)
 
 
 def finished(result: object) -> int:
@@ -147,24 +150,32 @@ def _first_error(s: object) -> str:
 
 def cli_resume(args: argparse.Namespace) -> int:
     from sweeps.api import calls
+    from sweeps.cli.terminal import sweep_terminal
 
-    return finished(calls.resume_sweep(args.sweep_id, args.retry_errored, list(args.overrides or []), hosted=False))
+    with sweep_terminal():
+        result = calls.resume_sweep(args.sweep_id, args.retry_errored, list(args.overrides or []), hosted=False)
+    return finished(result)
 
 
 def cli_extend(args: argparse.Namespace) -> int:
     from sweeps.api import calls
+    from sweeps.cli.terminal import sweep_terminal
 
     t0 = time.monotonic()
-    code = finished(calls.extend_sweep(args.sweep_id, args.more_trials, list(args.overrides or []), hosted=False))
+    with sweep_terminal():
+        result = calls.extend_sweep(args.sweep_id, args.more_trials, list(args.overrides or []), hosted=False)
+    code = finished(result)
     log.debug("extend took %.1f s", time.monotonic() - t0)
     return code
 
 
 def cli_confirm(args: argparse.Namespace) -> int:
     from sweeps.api import calls
+    from sweeps.cli.terminal import sweep_terminal
     from sweeps.reports.outline import fmt
 
-    out = calls.confirm_sweep(args.sweep_id, args.top_k, args.seeds, list(args.overrides or []), hosted=False)
+    with sweep_terminal():
+        out = calls.confirm_sweep(args.sweep_id, args.top_k, args.seeds, list(args.overrides or []), hosted=False)
     print(f"\nconfirmed {len(out.intervals)} configuration(s) of {out.sweep_id} (95% t-intervals of "
           f"{out.metric}, best pessimistic end first):")
     for i, c in enumerate(out.intervals, 1):

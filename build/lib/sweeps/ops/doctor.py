@@ -93,10 +93,20 @@ def check_gpu() -> Check:
 
 
 def check_auth() -> Check:
+    from sweeps.execution.cluster import raystart
+    from sweeps.execution.levers import auth_refresh, core
+
     mode = os.environ.get("RAY_AUTH_MODE", "")
     if mode.lower() in ("disabled", "none", "off"):
         return Check("Ray token auth", False, f"RAY_AUTH_MODE={mode}", "unset RAY_AUTH_MODE: keep auth on")
-    return Check("Ray token auth", True, "on (Ray's default)")
+    if mode or raystart.ray_version() >= raystart.TOKEN_BY_DEFAULT:
+        how = f"RAY_AUTH_MODE={mode}" if mode else "Ray's default"
+        return Check("Ray token auth", True, f"on ({how})")
+    if core.applies(auth_refresh.LEVER):
+        return Check("Ray token auth", True, f"on (sweeps sets RAY_AUTH_MODE=token: Ray {core.installed('ray')} "
+                     f"would start the embedded Ray without it)")
+    return Check("Ray token auth", False, f"Ray {core.installed('ray')} starts the embedded Ray without token auth",
+                 "export RAY_AUTH_MODE=token (Ray reads it when imported), or use Ray >= 2.59")
 
 
 def check_token_file() -> Check:
@@ -200,7 +210,8 @@ def check_configs() -> Check:
         except BadInput as exc:
             broken.append(f"{name} ({str(exc).splitlines()[0][:120]})")
     good = len(names) - len(broken)
-    detail = f"{folders}: {good} of {len(names)} experiments compose" + (f"; not: {'; '.join(broken)}" if broken else "")
+    detail = f"{folders}: {good} of {len(names)} experiments compose"
+    detail += f"; not: {'; '.join(broken)}" if broken else ""
     return Check("configs", good > 0, detail, "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR "
                  "to a folder of sweeps configs")
 

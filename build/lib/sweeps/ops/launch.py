@@ -78,7 +78,9 @@ def _open_store(uri: str) -> Any:
         c = mc.client(uri)
         mc.close_stale_runs(c)
     except Exception as exc:
-        err = mc.schema_error(uri, exc)
+        from sweeps.tracking.versions import schema_error
+
+        err = schema_error(uri, exc)
         if err is None:
             raise
         raise err from None

@@ -91,6 +91,7 @@ def _run_locked(entry: schedule.Entry) -> tuple[int, dict[str, Any]]:
         spec = prepare(overrides)
     log.info("schedule %s: previous sweep %s; %d warm-start point(s) first", entry.name,
              prev.sweep_id if prev else "(none)", len(points))
+    os.environ.setdefault("SWEEPS_LAUNCHED_BY", "schedule")  # what `sweeps status` says launched it
     outcome = execute(spec, overrides, schedule=entry.name, previous=prev.sweep_id if prev else None,
                              points=points or None)
     rec = outcome.record

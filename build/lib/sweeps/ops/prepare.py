@@ -14,6 +14,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.errors import BadInput
 from sweeps.execution.resources import plan, remote
+from sweeps.ops import project
 
 
 def prepare(overrides: Sequence[str], space: Mapping[str, Any] | None = None) -> SweepSpec:
@@ -21,6 +22,7 @@ def prepare(overrides: Sequence[str], space: Mapping[str, Any] | None = None) ->
 
     ``space``: a search space to use instead of the composed ``search_space`` (the Hydra sweeper's, whose keys
     may hold dots that an override would nest)."""
+    project.importable()  # the project's own trainables, for this driver and the embedded Ray's processes
     cfg = compose.compose(overrides)
     if space is not None:
         cfg["search_space"] = {k: dict(v) for k, v in space.items()}

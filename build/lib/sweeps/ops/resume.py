@@ -37,7 +37,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     """
     from ray import tune
 
-    from sweeps.execution.tuning import callbacks, keeper
+    from sweeps.execution.tuning import callbacks, keeper, recovery, session
     from sweeps.execution.tuning import tuner as tuner_mod
 
     rec = store.load(sweep_id)
@@ -47,6 +47,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} already finished; use `python -m sweeps extend "
                        f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
     spec = spec_for(rec, extra or [])
+    recovery.repair(exp_dir)  # damaged state: the last good copy back, or one line saying why not (exit 2)
     if not tune.Tuner.can_restore(exp_dir):
         raise BadInput(f"SWEEP_ID: no resumable Tune state in {exp_dir} (the driver died before Tune saved "
                        f"its first snapshot); start the sweep again")
@@ -59,7 +60,9 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         # The restored Tuner's callbacks are handles (sweeps.execution.tuning.session): registered here first,
         # the tracker (same parent run), the status line, the watchdog and the hours ledger (from the hours the
         # sweep held so far: a budget is the sweep's, across resume and extend) are this run's.
-        callbacks.register(spec, the_plan, rec.sweep_id, uris.basename(exp_dir), [tracker])
+        run_name = uris.basename(exp_dir)
+        callbacks.register(spec, the_plan, rec.sweep_id, run_name, [tracker])
+        session.session(run_name).extras["resumed"] = True  # the scheduler's saved state comes back
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
@@ -95,6 +98,7 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
             tracker = runner.make_tracker(spec, rec)
             tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
                                           num_samples=more_trials, name=name)
+            carry_scheduler(name, rec.experiment_dirs[-2])
             log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
                      more_trials, spec.searcher_name, rec.experiment_dirs[-2])
             return runner.fit_and_finish(spec, rec, tuner, tracker, c)
@@ -120,3 +124,20 @@ def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> Non
         log.warning("MLflow: could not close the parent run again (%s); `sweeps sync` does", exc)
     log.warning("the extension of %s stopped before it started a trial; the sweep is unchanged (status %s)",
                 before.sweep_id, before.status)
+
+
+def carry_scheduler(name: str, earlier_dir: str) -> None:
+    """``extend``: the new run's scheduler starts from the one the sweep's last run saved, with that run's
+    trials, so the added trials are judged against the trials already run."""
+    from ray.tune import ExperimentAnalysis
+
+    from sweeps.execution.tuning import schedstate, session
+
+    state = schedstate.saved_state(earlier_dir)
+    extras = session.session(name).extras
+    extras["scheduler_from"] = state
+    if state is not None and state.get("how") == "lever":
+        try:
+            extras["earlier_trials"] = ExperimentAnalysis(earlier_dir).trials
+        except Exception as exc:  # the state's trials are not readable: the scheduler starts empty, said once
+            log.warning("could not read the trials of %s (%s)", earlier_dir, exc)

@@ -18,7 +18,7 @@ from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.cluster import loopback, raystart
 from sweeps.execution.resources.plan import per_trial
-from sweeps.execution.tuning import session
+from sweeps.execution.tuning import livestatus, session
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -238,6 +238,8 @@ def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
                        stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto)
+    livestatus.final(rec.experiment_dirs[-1], "stalled" if stop_reason == "stalled" else status,
+                     dict(summ.counts), best)
     try:
         finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
     except Exception as exc:

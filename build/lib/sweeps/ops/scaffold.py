@@ -1,13 +1,14 @@
 """``sweeps new trainable NAME``: the files of a new trainable, ready to sweep.
 
-Writes ``trainables/NAME.py`` (a complete Ray Train loop in the style of Ray's own docs: resumes with
+Writes, into the project folder (the current one, or ``--dir``; never an installed package), ``NAME.py``
+(``trainables/NAME.py`` in a clone of this repo): a complete Ray Train loop in the style of Ray's own docs: resumes with
 ``ray.train.get_checkpoint()``, one ``state.pt`` checkpoint read back by its ``load_model`` for promotion,
 ``val/loss`` and ``val/acc`` each epoch),
 ``conf/trainable/NAME.yaml``, ``search_spaces/NAME.yaml`` and ``conf/experiment/NAME.yaml``. With
 ``--from pkg.module:function`` the loop is the user's own function and stays in their own package
 (:mod:`sweeps.ops.adopt`): the trainable's config points at it, the experiment allows that one module
-(``security.allowed_targets``), ``trainables/NAME.py`` holds only what promotion needs, and a cluster sweep ships
-the package to the nodes like ``trainables``.
+(``security.allowed_targets``), ``NAME.py`` holds only what promotion needs, and a cluster sweep ships the
+package to the nodes like ``trainables``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeps import paths
 from sweeps.errors import BadInput
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -149,7 +149,7 @@ params:{params}
 OWN_METRICS = "[val/loss, val/acc, epoch]"
 OWN_PARAMS = "\n  epochs: 5\n  batch_size: 32\n  hidden_size: 32\n  lr: 0.01"
 
-SPACE = """# The search space of trainables/{name}.py: edit freely (python -m sweeps run --help lists the dists).
+SPACE = """# The search space of {where}: edit freely (python -m sweeps run --help lists the dists).
 lr: {{dist: loguniform, low: 1.0e-3, high: 1.0e-1}}
 hidden_size: {{dist: choice, values: [16, 32, 64]}}
 """
@@ -174,36 +174,74 @@ class Scaffold:
     experiment: str
 
 
+def code_home(root: Path, name: str) -> tuple[Path, str]:
+    """Where a new trainable's module goes and its dotted name: ``trainables/NAME.py`` in a clone of this repo
+    (its ``trainables`` package is the one Python imports), else ``NAME.py`` in the project folder."""
+    package = root / "trainables"
+    try:
+        import trainables
+
+        clone = (package / "__init__.py").is_file() and Path(trainables.__file__).resolve().parent == package.resolve()
+    except ImportError:
+        clone = False
+    if clone:
+        return package / f"{name}.py", f"trainables.{name}"
+    return root / f"{name}.py", name
+
+
+def _free_module_name(root: Path, name: str, dotted: str) -> None:
+    """A project module may not take the name of one Python imports from elsewhere (it would shadow it)."""
+    import importlib.util
+
+    if "." in dotted:
+        return
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None) if spec else None
+    if spec is not None and not (origin and Path(origin).resolve().parent == root):
+        raise BadInput(f"NAME: a module named {name!r} exists already ({origin or 'built in'}); a trainable of that "
+                       f"name would shadow it: pick another name")
+
+
 def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaffold:
-    """The files to write (nothing is written): BadInput for a bad name, an existing trainable or ``--from``."""
+    """The files to write into the project folder ``root`` (nothing is written): BadInput for a bad name, an
+    existing trainable or ``--from``, or a folder inside an installed package."""
+    from sweeps.ops import project
+
     if not NAME.match(name or ""):
         raise BadInput(f"NAME: {name!r} is not a trainable name; use lowercase letters, digits and _ (a Python "
                        f"module name), e.g. `python -m sweeps new trainable my_mlp`")
-    root = root or paths.conf_dir().parent
-    files = {root / "trainables" / f"{name}.py": "", root / "conf" / "trainable" / f"{name}.yaml": "",
+    root = project.target(root)
+    module, dotted = code_home(root, name)
+    files = {module: "", root / "conf" / "trainable" / f"{name}.yaml": "",
              root / "search_spaces" / f"{name}.yaml": "", root / "conf" / "experiment" / f"{name}.yaml": ""}
     taken = [str(p) for p in files if p.exists()]
     if taken:
         raise BadInput(f"NAME: trainable {name!r} exists already ({', '.join(taken)}); pick another name")
-    if not (root / "trainables" / "__init__.py").is_file():
-        raise BadInput(f"NAME: no trainables/ package under {root}; run `sweeps new` from the project folder")
+    _free_module_name(root, name, dotted)
+    own = "" if dotted.startswith("trainables.") else name
     if source is None:
-        texts = [LOOP.format(name=name), TRAINABLE.format(name=name, loop=f"trainables.{name}.train_loop",
-                                                          builder=f"trainables.{name}.build_model",
-                                                          load_model=f"trainables.{name}.load_model",
+        security = f"\nsecurity:\n  allowed_targets: [{own}]  # the project's own module\n" if own else ""
+        texts = [LOOP.format(name=name), TRAINABLE.format(name=name, loop=f"{dotted}.train_loop",
+                                                          builder=f"{dotted}.build_model",
+                                                          load_model=f"{dotted}.load_model",
                                                           how="made by `python -m sweeps new trainable`",
                                                           metrics=OWN_METRICS, params=OWN_PARAMS),
-                 SPACE.format(name=name), EXPERIMENT.format(name=name, objective="", security="")]
+                 SPACE.format(name=name, where=module.name), EXPERIMENT.format(name=name, objective="",
+                                                                            security=security)]
         return Scaffold(dict(zip(files, texts, strict=True)), name)
     from sweeps.ops import adopt
 
     if not FROM.match(source):
         raise BadInput(f"--from: {source!r} is not pkg.module:function (or pkg.module.function)")
     a = adopt.adopt(name, source)
+    security = a.security.replace("allowed_targets: [", f"allowed_targets: [{own}, ") if own else a.security
     texts = [a.stub, TRAINABLE.format(name=name, loop=a.loop, builder="null", how=f"your own {source}",
-                                      load_model=f"trainables.{name}.load_model", metrics=a.metrics,
+                                      load_model=f"{dotted}.load_model", metrics=a.metrics,
                                       params=a.params),
-             a.space, EXPERIMENT.format(name=name, objective=a.objective, security=a.security)]
+             a.space, EXPERIMENT.format(name=name, objective=a.objective, security=security)]
     return Scaffold(dict(zip(files, texts, strict=True)), name)
 
 

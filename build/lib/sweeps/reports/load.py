@@ -127,7 +127,8 @@ def default_report_dir(rec: SweepRecord) -> Path:
 
 
 def list_frame(records: list[SweepRecord]) -> Any:
-    """Past sweeps, oldest first: id, experiment, date, status, best metric, trials."""
+    """Past sweeps, oldest first: id, experiment, date, status (a running sweep whose driver's lease holds is
+    "running (live)"; `python -m sweeps status ID` says more), best metric, trials."""
     import pandas as pd
 
     rows = []
@@ -140,7 +141,7 @@ def list_frame(records: list[SweepRecord]) -> Any:
                 "sweep_id": r.sweep_id,
                 "experiment": r.experiment,
                 "date": date_text(r.created),
-                "status": r.status,
+                "status": ("running (live)" if r.owner_alive() else r.status) if r.status == "running" else r.status,
                 "best": best,
                 "trials": (r.counts or {}).get("total", "-"),
             }

@@ -79,6 +79,7 @@ class _Tracker(Endings):
         self._client: Any = None
         self.storage_path = storage_path  # the trials' folders are on its filesystem
         self.book = CheckpointBook(metric, mode)  # every checkpoint each trial reported (its best: the tag)
+        self.noted: dict[str, dict[str, str]] = {}  # trial id -> tags its run gets when it ends (an operator's stop)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -93,6 +94,10 @@ class _Tracker(Endings):
         if getattr(self, "_fs", None) is None:
             self._fs = uris.filesystem(self.storage_path)[0] if self.storage_path else None
         return self._fs
+
+    def note_tags(self, trial_id: str, tags: dict[str, str]) -> None:
+        """Tags the trial's run gets with its final ones (who stopped it, and when)."""
+        self.noted.setdefault(trial_id, {}).update(tags)
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         """Tune registers a checkpoint with the result it came with (``trial.last_result`` here)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import time
 import urllib.parse
@@ -99,51 +98,14 @@ def probe(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
             raise BadInput(f"{key}: no MLflow server answers at {uri} within {timeout_s:g}s ({exc}); "
                            f"start one (`mlflow server --host 127.0.0.1 --port PORT`) or drop {key} "
                            f"to use the embedded SQLite store") from None
+        from sweeps.tracking.versions import check_server_version
+
         check_server_version(uri, timeout_s, key)
     elif parsed.scheme == "sqlite":
         path = uri[len("sqlite:///"):]
         folder = Path(path).parent if path else None
         if folder is not None and folder.exists() and not os.access(folder, os.W_OK):
             raise BadInput(f"{key}: cannot write the SQLite store's folder {folder}")
-
-
-def server_version(uri: str, timeout_s: float = 5.0) -> str | None:
-    """The MLflow server's version (its ``GET /version``), or None when it does not say."""
-    import urllib.request as urlrequest
-
-    try:
-        with urlrequest.urlopen(uri.rstrip("/") + "/version", timeout=timeout_s) as resp:  # noqa: S310
-            text = resp.read(64).decode(errors="replace").strip()
-    except Exception:  # an older server, or one behind a proxy: MLflow's own calls decide
-        return None
-    return text if re.fullmatch(r"\d+\.\d+[\w.+-]*", text) else None
-
-
-def check_server_version(uri: str, timeout_s: float = 5.0, key: str = "tracking.uri") -> None:
-    """BadInput when the server runs another major MLflow version than this client (their REST APIs differ:
-    MLflow 3 logs models and traces a 2.x server does not know)."""
-    import mlflow
-
-    theirs, mine = server_version(uri, timeout_s), mlflow.__version__
-    if theirs and theirs.split(".")[0] != mine.split(".")[0]:
-        raise BadInput(f"{key}: the MLflow server at {uri} runs MLflow {theirs}, this driver MLflow {mine}; a "
-                       f"client writes safely only to a server of its own major version: install "
-                       f"mlflow=={theirs} here, or upgrade the server to MLflow {mine.split('.')[0]}.x (with every "
-                       f"writer stopped: `mlflow db upgrade <its backend store>`)")
-
-
-def schema_error(uri: str, exc: BaseException) -> BadInput | None:
-    """A store whose database schema another MLflow version made, as one line naming both; else None."""
-    import mlflow
-
-    text = str(exc)
-    if "database schema" not in text and "alembic" not in text.lower():
-        return None
-    found = re.search(r"found version (\w+)", text)
-    return BadInput(f"tracking.uri: the store {redaction.public_uri(uri)} has a database schema "
-                    f"{'(revision ' + found.group(1) + ') ' if found else ''}that MLflow {mlflow.__version__} "
-                    f"does not write: stop every process that writes to it, back it up and run `mlflow db upgrade "
-                    f"{redaction.public_uri(uri)}`, or install the MLflow version that made it")
 
 
 def artifact_root(uri: str) -> str | None:
@@ -158,9 +120,23 @@ def client(uri: str) -> Any:
 
     uri = connect_uri(uri)
     configure_client_env(uri)
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    c = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if str(db) not in _opened:
+        from filelock import FileLock
+
+        # Two sweeps started at once in a fresh project would both create the store's tables, and the second
+        # dies in MLflow's schema migration: the first to take the lock creates them, the other then finds them.
+        with FileLock(str(db) + ".lock"):
+            c.search_experiments(max_results=1)
+        _opened.add(str(db))
+    return c
+
+
+_opened: set[str] = set()  # SQLite stores this process opened (their tables made, or found) under the lock
 
 
 def get_or_create_experiment(c: Any, name: str, uri: str) -> str:

@@ -70,6 +70,7 @@ class Endings:
         if best is not None:
             tags["best_checkpoint"] = best[0]
             tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
+        tags.update(getattr(self, "noted", {}).pop(trial.trial_id, {}))
         self.finals[trial.trial_id] = (trial, status, tags, error, best[0] if best else None)
         self.flush(force=True)
 

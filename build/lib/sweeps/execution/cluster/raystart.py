@@ -68,6 +68,32 @@ def driver_auth_env(env: Mapping[str, str], home: str) -> dict[str, str]:
     return {}
 
 
+TOKEN_BY_DEFAULT = (2, 59)  # the first Ray whose local ray.init() turns token authentication on by itself
+
+
+def ray_version() -> tuple[int, int]:
+    from sweeps.execution.levers import core
+
+    parts = (core.installed("ray").split(".") + ["0", "0"])[:2]
+    return (int(parts[0]), int(parts[1])) if all(p.isdigit() for p in parts) else (0, 0)
+
+
+def local_token_auth() -> None:
+    """The embedded Ray with token authentication on whatever the Ray: before 2.59 Ray starts it without one,
+    so ``RAY_AUTH_MODE=token`` is set (Ray then writes its token as 2.59+ does); a mode the user set is kept."""
+    if os.environ.get("RAY_AUTH_MODE") is not None or ray_version() >= TOKEN_BY_DEFAULT:
+        return
+    imported = "ray" in sys.modules and hasattr(sys.modules["ray"], "init")
+    if imported and not core.applies(auth_refresh.LEVER):
+        log.warning("the embedded Ray starts without token authentication (Ray %s turns it on only from 2.59, and "
+                    "this process imported Ray before sweeps could set it: %s); export RAY_AUTH_MODE=token",
+                    core.installed("ray"), core.reason(auth_refresh.LEVER))
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if imported:
+        auth_refresh.refresh()
+
+
 def enable_driver_auth() -> None:
     """A driver joining a cluster: ``RAY_AUTH_MODE=token`` when it holds a token and the mode is unset (called
     before anything imports Ray where it can be; else Ray's cached config is refreshed, or the user is asked)."""
@@ -110,6 +136,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
 
             tune_actors.lean_trial_actors()
         loopback.enter_local()  # every Ray listener on 127.0.0.1 (undone in stop())
+        local_token_auth()
         init_local(
             num_cpus=num_cpus,
             num_gpus=spec.cluster.num_gpus,
@@ -210,7 +237,7 @@ def worker_pool_settings(levers: warm.Levers, trials_at_once: int = 1, workers_p
     preloads = False
     if levers.pool:
         preloads, why = pool.preload(trials_at_once, workers_per_trial)
-        log.info("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
+        log.debug("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
     first_driver = os.environ.get("SWEEPS_PRESTART", "1") != "0"
     if (preloads or not first_driver) and core.applies(raylet_config.LEVER):
         return raylet_config.init_kwargs(preloads, first_driver)

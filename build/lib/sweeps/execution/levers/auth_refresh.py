@@ -18,7 +18,7 @@ def _probe() -> str | None:
     return first(has(ray._raylet, "Config"), has(ray._raylet.Config, "initialize"))  # type: ignore[attr-defined]
 
 
-LEVER = Lever(name="auth_refresh", package="ray", checked=("2.60.",),
+LEVER = Lever(name="auth_refresh", package="ray", checked=("2.53.", "2.54.", "2.55.", "2.56.", "2.60."),
               what="Ray's config re-read after sweeps set RAY_AUTH_MODE=token (Ray already imported)",
               fallback="RAY_AUTH_MODE is set before Ray is imported, or the sweep asks for it", probe=_probe)
 

@@ -14,7 +14,7 @@ from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.resources.plan import Plan
-from sweeps.execution.tuning import firstreport, session
+from sweeps.execution.tuning import firstreport, livestatus, schedstate, session
 from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
@@ -75,9 +75,11 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
                           trial_seconds(spec, plan, own))
     live.watch = Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)
     out = {"progress": progress_callback(progress), "watchdog": watchdog_callback(live.watch),
-           "ledger": ledger_callback(live.ledger, save=save)}
-    if spec.cluster.mode != "local":
-        out["census"] = census_callback(live.census)
+           "ledger": ledger_callback(live.ledger, save=save),
+           "live": livestatus.callback(name, sweep_id, uris.join(spec.storage_path, name), plan.per_trial, progress,
+                                       plan.total_trials)}
+    out["scheduler_state"] = schedstate.callback(name, uris.join(spec.storage_path, name))
+    out["census"] = census_callback(live.census)  # paused trials free their slots: the limit leaves them out
     return out
 
 

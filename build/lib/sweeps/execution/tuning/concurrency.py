@@ -82,26 +82,45 @@ class Capacity:
         self._requested = True
 
 
-def _limit(capacity: Capacity, census: Census, live: set[str]) -> int:
+def _limit(capacity: Any, census: Census, live: set[str]) -> int:
     """The count-based limit that lets ``capacity()`` trials run, not counting paused ones."""
     return capacity() + len(census.paused & live)
 
 
-def elastic_searcher(searcher: Any, capacity: Capacity, census: Census) -> Any:
-    """Wrap a model-based searcher (Optuna, HyperOpt...) in a ConcurrencyLimiter whose limit follows the cluster."""
+class Fixed:
+    """The embedded Ray's capacity: the plan's concurrency (its trial slots)."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = max(1, trials)
+
+    def __call__(self) -> int:
+        return self.trials
+
+
+def _never() -> bool:
+    return False
+
+
+def elastic_searcher(searcher: Any, capacity: Any, census: Census, hold: Any = _never) -> Any:
+    """Wrap a model-based searcher (Optuna, HyperOpt...) in a ConcurrencyLimiter whose limit follows the cluster
+    (and that suggests nothing while ``hold()``: a paused or stopping sweep)."""
     from ray.tune.search import ConcurrencyLimiter
 
     class ElasticLimiter(ConcurrencyLimiter):  # type: ignore[misc]
         def suggest(self, trial_id: str) -> Any:
+            if hold():
+                return None
             self.max_concurrent = _limit(capacity, census, self.live_trials)
             return super().suggest(trial_id)
 
     return ElasticLimiter(searcher, max_concurrent=capacity())
 
 
-def make_elastic(search_alg: Any, capacity: Capacity, census: Census) -> Any:
-    """The search algorithm with a concurrency limit that follows the live cluster.
+def make_elastic(search_alg: Any, capacity: Any, census: Census, hold: Any = _never) -> Any:
+    """The search algorithm with a concurrency limit that follows the cluster (``capacity()``), paused trials
+    not counted, and no new trial while ``hold()``.
 
+    A trial is made only when it can start at once, so no trial waits queued: a paused sweep then starts none.
     A model-based searcher is wrapped in an elastic ConcurrencyLimiter; random/grid search (Tune's
     BasicVariantGenerator, which is not a Searcher) gets the same limit as a gate (:mod:`.wrappers`).
     """
@@ -110,10 +129,12 @@ def make_elastic(search_alg: Any, capacity: Capacity, census: Census) -> Any:
     from sweeps.execution.tuning.wrappers import gated_variants
 
     if not isinstance(search_alg, BasicVariantGenerator):
-        return elastic_searcher(search_alg, capacity, census)
+        return elastic_searcher(search_alg, capacity, census, hold)
     search_alg.max_concurrent = 0  # the gate below limits instead
 
     def elastic(live: set[str]) -> str:
+        if hold():
+            return "wait"
         return "go" if len(live) < _limit(capacity, census, live) else "wait"
 
     return gated_variants(search_alg, [elastic])

@@ -45,15 +45,39 @@ class Progress:
         except OSError:  # the log is a convenience; the results are in Ray storage and MLflow
             pass
 
+    def seen(self, trials: list[Any]) -> None:
+        """Every trial of the sweep Tune knows, the ones a resumed run restored included: their best value (as
+        Tune recorded it) and their epochs count towards the line from the first step on."""
+        for t in trials:
+            if t.trial_id in self.iterations:
+                continue
+            last = t.last_result or {}
+            self.iterations[t.trial_id] = int(last.get("training_iteration", 0) or 0)
+            best = ((getattr(t, "metric_analysis", None) or {}).get(self.metric) or {}).get(self.mode)
+            if isinstance(best, int | float) and math.isfinite(best) and abs(best) < 1e30:  # 1e30: a NaN's stand-in
+                self._better(float(best), t.trial_id, dict(t.config or {}))
+
+    def _better(self, value: float, trial_id: str, config: dict[str, Any]) -> None:
+        better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
+        if better:
+            self.best = (value, trial_id, {k: v for k, v in config.items() if not str(k).startswith("_")})
+
+    def early(self, trials: list[Any]) -> int:
+        """Trials that ended before their epoch budget (a scheduler stopped them), by Tune's own count."""
+        n = 0
+        for t in trials:
+            budget = (t.config or {}).get("epochs", self.epochs)
+            done = (t.last_result or {}).get("training_iteration", 0) or 0
+            n += bool(t.status == "TERMINATED" and budget and done < budget)
+        return n
+
     def result(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
         self.last_event = time.time()
         self.iterations[trial_id] = int(result.get("training_iteration", 0))
         value = result.get(self.metric)
         self.record({"trial": trial_id, "iteration": self.iterations[trial_id], self.metric: value})
         if isinstance(value, int | float) and math.isfinite(value) and not result.get("sweeps/nonfinite"):
-            better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
-            if better:
-                self.best = (float(value), trial_id, {k: v for k, v in config.items() if not str(k).startswith("_")})
+            self._better(float(value), trial_id, config)
 
     def line(self, statuses: list[str], early: int, final: bool = False) -> str:
         counts = {s: statuses.count(s) for s in set(statuses)}
@@ -66,6 +90,10 @@ class Progress:
         elapsed = time.time() - self.start
         text += f" | {_fmt_s(elapsed)} elapsed" + ("" if final else self._left(elapsed))
         return text
+
+    def left_text(self) -> str:
+        """What is left, in words ("" when nothing can be said)."""
+        return self._left(time.time() - self.start).removeprefix(", ")
 
     def _left(self, elapsed: float) -> str:
         quiet = time.time() - self.last_event
@@ -87,7 +115,6 @@ def progress_callback(progress: Progress) -> Any:
     class ProgressCallback(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             self.state = progress
-            self.early: set[str] = set()
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
@@ -98,9 +125,6 @@ def progress_callback(progress: Progress) -> Any:
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self.state.last_event = time.time()
-            budget = (trial.config or {}).get("epochs", self.state.epochs)
-            if budget and self.state.iterations.get(trial.trial_id, 0) < budget:
-                self.early.add(trial.trial_id)
             self.state.record({"trial": trial.trial_id, "status": "TERMINATED"})
 
         def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -108,11 +132,13 @@ def progress_callback(progress: Progress) -> Any:
 
         def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
             now = time.time()
+            self.state.seen(trials)
             if now - self.state.last_said >= EVERY_S and trials:
                 self.state.last_said = now
-                log.info("%s", self.state.line([t.status for t in trials], len(self.early)))
+                log.info("%s", self.state.line([t.status for t in trials], self.state.early(trials)))
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-            log.info("%s", self.state.line([t.status for t in trials], len(self.early), final=True))
+            self.state.seen(trials)
+            log.info("%s", self.state.line([t.status for t in trials], self.state.early(trials), final=True))
 
     return ProgressCallback()

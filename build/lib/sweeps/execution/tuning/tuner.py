@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sweeps import uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
 from sweeps.execution.train.trial import TrialSetup, run_trial
-from sweeps.execution.tuning import firstreport, session
+from sweeps.execution.tuning import control, firstreport, recovery, session
 from sweeps.execution.tuning.budget import Budget
 from sweeps.execution.tuning.callbacks import register, train_dir
-from sweeps.execution.tuning.concurrency import Capacity, capacity_gate, make_elastic
+from sweeps.execution.tuning.concurrency import Capacity, Fixed, capacity_gate, make_elastic
 from sweeps.execution.tuning.hours import Ledger, gated
 from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
 from sweeps.execution.tuning.wrappers import sweep_scheduler
@@ -102,12 +103,14 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     run_callbacks = register(spec, plan, sweep_id, name, callbacks)
     live = session.session(name)
     starts: list[Any] = []
+    capacity: Any = Fixed(plan.concurrent_trials)
     if spec.cluster.mode != "local":
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
-        search_alg = make_elastic(search_alg, capacity, live.census)
         starts.append(capacity_gate(capacity))
-    scheduler = sweep_scheduler(build_scheduler(spec), starts)
+    search_alg = make_elastic(search_alg, capacity, live.census, control.holding(name))
+    scheduler = sweep_scheduler(build_scheduler(spec), [*starts, control.start_gate(name)],
+                                control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
         search_alg = gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
@@ -135,5 +138,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.
     space_ = {} if is_restored(searcher) else param_space(spec)
-    return tune.Tuner(trainable(spec, sweep_id), param_space=space_, tune_config=tune_config,
-                      run_config=run_config)
+    tuner = tune.Tuner(trainable(spec, sweep_id), param_space=space_, tune_config=tune_config,
+                       run_config=run_config)
+    recovery.keep_tuner(uris.join(spec.storage_path, name))  # a good copy of tuner.pkl for a damaged resume
+    return tuner

@@ -94,9 +94,12 @@ def is_gated(search_alg: Any) -> bool:
 
 
 def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
-                    stops: Callable[[str], bool] | None = None) -> Any:
-    """``inner`` (any Tune scheduler) behind the sweep's start gates and trial stops."""
+                    stops: Callable[[str], bool] | None = None, name: str = "") -> Any:
+    """``inner`` (any Tune scheduler) behind the sweep's start gates and trial stops; registered as the
+    scheduler of the run ``name``'s session (again when a resume unpickles it)."""
     from ray.tune.schedulers import TrialScheduler
+
+    from sweeps.execution.tuning import session
 
     class SweepScheduler(TrialScheduler):  # type: ignore[misc]
         """Delegates every decision to Ray's scheduler, except starting a trial while a gate says no, and
@@ -104,7 +107,16 @@ def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
 
         def __init__(self) -> None:
             self.inner, self.starts = inner, list(starts or [])
-            self.stops = stops
+            self.stops, self.name = stops, name
+            self.register()
+
+        def register(self) -> None:
+            if self.name:
+                session.session(self.name).extras["scheduler"] = self
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            vars(self).update(state)
+            self.register()  # a resumed run's session: its state callback finds this scheduler
 
         @property
         def metric(self) -> Any:
@@ -149,4 +161,5 @@ def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
         def restore(self, checkpoint_path: str) -> None:
             self.inner.restore(checkpoint_path)
 
+    SweepScheduler.__name__ = SweepScheduler.__qualname__ = type(inner).__name__  # what Tune's box names
     return SweepScheduler()

@@ -1,0 +1,143 @@
+"""Operating a running sweep from anywhere: the driver's side of the sweep's live record (:mod:`sweeps.live`).
+
+A Tune callback writes the sweep's status (counts, best, what the running trials hold, when it last made
+progress, the driver and its lease) every :data:`EVERY_S` seconds and at the end, and polls the requests sent
+to it. What a request does:
+
+- ``pause``/``unpause``: no trial starts while paused (the scheduler's start gate), running ones go on; the
+  stall watchdog does not count a pause as a stall;
+- ``trial_stop``: the trial ends at its next report, as a scheduler's early stop (its checkpoint kept); its run
+  in MLflow is tagged with who stopped it and when;
+- ``stop``: no trial starts; once every running trial has reported again (a checkpoint with it) the sweep
+  stops as after SIGTERM (resumable); ``stop_now`` does that at once.
+
+Each request is answered once; one for another run of the sweep (a stale one) is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps import lease
+from sweeps.execution.tuning import session
+
+log = logging.getLogger(__name__)
+EVERY_S = 2.0
+UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
+
+
+@dataclass
+class Control:
+    """What operators asked of this run of the sweep."""
+
+    run: str  # this run's token: requests must name it
+    paused: dict[str, Any] | None = None  # {by, since}
+    stopping: dict[str, Any] | None = None  # {by, since, now, waiting: [trial ids yet to report]}
+    trial_stops: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> {by, at, request}
+    handled: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
+
+    def may_start(self, tune_controller: Any = None) -> bool:
+        """The scheduler's start gate: no trial starts while paused or stopping."""
+        return self.paused is None and self.stopping is None
+
+    def stops(self, trial_id: str) -> bool:
+        return trial_id in self.trial_stops
+
+
+def control_of(name: str) -> Control:
+    """The run ``name``'s control state (made on first use)."""
+    extras = session.session(name).extras
+    if "control" not in extras:
+        extras["control"] = Control(run=f"{name}@{lease.me().token[:12]}")
+    return extras["control"]
+
+
+def start_gate(name: str) -> Any:
+    """A picklable start gate for the run ``name`` (looked up in its session, also after a resume)."""
+    return _Gate(name)
+
+
+class _Gate:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, tune_controller: Any) -> bool:
+        return control_of(self.name).may_start(tune_controller)
+
+
+class _Stops:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, trial_id: str) -> bool:
+        return control_of(self.name).stops(trial_id)
+
+
+def trial_stops(name: str) -> Any:
+    return _Stops(name)
+
+
+class _Holding:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> bool:
+        held = not control_of(self.name).may_start()
+        if held:
+            # With nothing running, Tune's loop blocks asking the search algorithm for a trial once a second,
+            # and no callback runs: the live record is kept (and an unpause read) from here then.
+            live_record = session.session(self.name).callbacks.get("live")
+            if live_record is not None and hasattr(live_record, "tick"):
+                live_record.tick()
+            held = not control_of(self.name).may_start()
+        return held
+
+
+def holding(name: str) -> Any:
+    """A picklable ``hold()`` for the run ``name``'s search algorithm: True while no trial may start."""
+    return _Holding(name)
+
+
+def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple[str, str]:
+    """Apply one request: (answer state, why)."""
+    verb, who = request.get("verb"), request.get("sender") or {}
+    by = f"{who.get('user', '?')}@{who.get('host', '?')}"
+    if request.get("run") != control.run:
+        return "refused", f"stale: the request names run {request.get('run')!r}, this driver runs {control.run!r}"
+    if control.stopping and verb != "stop_now":
+        return "refused", f"a stop is pending since {time.ctime(control.stopping['since'])} ({control.stopping['by']})"
+    if verb == "pause":
+        if control.paused:
+            return "refused", f"already paused by {control.paused['by']} since {time.ctime(control.paused['since'])}"
+        control.paused = {"by": by, "since": time.time()}
+        return "applied", "no trial starts until unpause; running trials go on"
+    if verb == "unpause":
+        if not control.paused:
+            return "refused", "the sweep is not paused"
+        control.paused = None
+        return "applied", "trials start again"
+    if verb == "trial_stop":
+        tid = request.get("trial_id")
+        running = [t.trial_id for t in trials if t.status in UNFINISHED]
+        if tid not in running:
+            return "refused", f"no unfinished trial {tid!r}; unfinished: {', '.join(running) or 'none'}"
+        control.trial_stops[str(tid)] = {"by": by, "at": time.time(), "request": request.get("id")}
+        return "accepted", f"trial {tid} ends at its next report, as an early stop"
+    if verb in ("stop", "stop_now"):
+        waiting = [t.trial_id for t in trials if t.status == "RUNNING"]
+        control.stopping = {"by": by, "since": time.time(), "now": verb == "stop_now", "waiting": waiting,
+                            "request": request.get("id")}
+        return "accepted", ("stopping now: running trials are killed" if verb == "stop_now" else
+                            f"no trial starts; the sweep stops once its {len(waiting)} running trial(s) reported")
+    return "refused", f"unknown verb {verb!r}"
+
+
+def stop_now() -> None:
+    """Tune's own graceful stop (it saves its state first), as SIGTERM or the stall watchdog triggers it."""
+    os.kill(os.getpid(), signal.SIGINT)

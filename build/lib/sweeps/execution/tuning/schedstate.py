@@ -1,0 +1,177 @@
+"""The scheduler's state is the sweep's: saved with Tune's experiment state, put back before a resumed run decides.
+
+Tune saves its trials and the search algorithm's state at every experiment checkpoint, and the state of any
+callback that has one (``Callback.get_state``, written atomically beside the experiment state, on the same
+cadence, to the same storage). The scheduler it restores on ``resume`` is the one pickled with the Tuner at
+the start: ASHA's rungs, HyperBand's brackets, the median rule's history and PBT's population empty again, so
+the first trial at each rung after a resume passed unopposed. This callback's state is the scheduler's:
+
+- a scheduler with ``save``/``restore`` of its own (ASHA) is saved through them (public);
+- HyperBand, the median rule, PBT and PB2 through the ``scheduler_state`` lever (their attributes, trials by id);
+- FIFO keeps nothing; any other scheduler, or one whose lever is off, starts empty and the resume says so.
+
+It is put back at the resumed run's first step, once Tune has restored its trials (the state names them).
+``extend`` puts an earlier experiment's saved state onto the new scheduler, so added trials are judged against
+the trials already run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sweeps.execution.tuning import session
+
+log = logging.getLogger(__name__)
+MARK = "sweeps_scheduler_state"
+STATELESS = ("FIFOScheduler",)
+
+
+def _own_save(inner: Any) -> bool:
+    from ray.tune.schedulers import TrialScheduler
+
+    return type(inner).save is not TrialScheduler.save and type(inner).restore is not TrialScheduler.restore
+
+
+def snapshot(inner: Any) -> dict[str, Any]:
+    """The scheduler's state as this callback saves it (always a non-empty dict: Tune saves only those)."""
+    from sweeps.execution.levers import core, scheduler_state
+
+    kind = type(inner).__name__
+    out: dict[str, Any] = {MARK: True, "kind": kind, "saved_at": time.time()}
+    if _own_save(inner):
+        with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
+            path = os.path.join(d, "scheduler.pkl")
+            inner.save(path)
+            with open(path, "rb") as f:
+                return {**out, "how": "own", "data": f.read()}
+    if scheduler_state.handles(inner) and core.applies(scheduler_state.LEVER):
+        return {**out, "how": "lever", "data": scheduler_state.dump(inner)}
+    return {**out, "how": "stateless" if kind in STATELESS else "none"}
+
+
+def apply(inner: Any, state: Mapping[str, Any], trials: Mapping[str, Any]) -> str | None:
+    """Put ``state`` onto ``inner``; None when done, else what will differ (one line)."""
+    from sweeps.execution.levers import core, scheduler_state
+
+    kind, how = state.get("kind"), state.get("how")
+    if kind != type(inner).__name__:
+        return f"the saved state is a {kind}'s, this sweep's scheduler a {type(inner).__name__}"
+    if how == "stateless":
+        return None
+    if how == "own":
+        with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
+            path = os.path.join(d, "scheduler.pkl")
+            with open(path, "wb") as f:
+                f.write(state["data"])
+            inner.restore(path)
+        return None
+    if how == "lever" and core.applies(scheduler_state.LEVER):
+        try:
+            scheduler_state.load(inner, state["data"], trials)
+        except KeyError as exc:
+            return f"its state names trial {exc} that is not in the restored experiment"
+        return None
+    why = core.reason(scheduler_state.LEVER) or "it has no save/restore of its own"
+    return f"its state was not saved or cannot be put back ({why})"
+
+
+def differs(kind: str, why: str) -> str:
+    what = {"HyperBandScheduler": "its brackets", "HyperBandForBOHB": "its brackets",
+            "MedianStoppingRule": "its history of results", "PopulationBasedTraining": "its population's scores and "
+            "perturbation times", "PB2": "its population and its model of the parameters",
+            "AsyncHyperBandScheduler": "its rungs", "ASHAScheduler": "its rungs"}.get(kind, "its state")
+    return (f"the scheduler {kind} starts the resumed run with {what} empty ({why}): trials after the resume are "
+            f"not judged against the trials before it")
+
+
+def callback(name: str, experiment_dir: str) -> Any:
+    """The Tune callback that saves the run ``name``'s scheduler with the experiment and puts it back on resume;
+    it also keeps the last good copy of the experiment state (:mod:`.recovery`)."""
+    from ray.tune import Callback
+
+    from sweeps.execution.tuning import recovery
+
+    class SchedulerState(Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.pending: dict[str, Any] | None = None
+            self.checked = False
+            self.kept_at = 0.0
+
+        def _inner(self) -> Any:
+            wrapper = session.session(name).extras.get("scheduler")
+            return getattr(wrapper, "inner", None)
+
+        def get_state(self) -> dict[str, Any] | None:
+            """Called at each experiment checkpoint, right after Tune wrote its new state (storage still holds
+            the one before, whole): that one becomes the last good copy, at most every ``EVERY_S``."""
+            if time.monotonic() - self.kept_at >= recovery.EVERY_S:
+                self.kept_at = time.monotonic()
+                try:
+                    recovery.keep_state(experiment_dir)
+                except Exception as exc:  # a copy is a safety net, never a reason to stop
+                    log.debug("could not keep a copy of the experiment state (%s)", exc)
+            inner = self._inner()
+            return snapshot(inner) if inner is not None else None
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            self.pending = state
+
+        def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            if self.checked:
+                return
+            self.checked = True
+            inner, live = self._inner(), session.session(name)
+            state = self.pending or live.extras.get("scheduler_from")
+            if inner is None or not (live.extras.get("resumed") or state):
+                return
+            if state is None:
+                kind = type(inner).__name__
+                if kind not in STATELESS:
+                    log.warning("%s", differs(kind, "no scheduler state was saved before the stop"))
+                return
+            why = apply(inner, state, {t.trial_id: t for t in [*trials, *live.extras.get("earlier_trials", [])]})
+            if why:
+                log.warning("%s", differs(type(inner).__name__, why))
+            else:
+                log.info("the scheduler %s continues from its state of %s%s", type(inner).__name__,
+                         time.strftime("%H:%M:%S", time.localtime(state.get("saved_at", 0))), _population(inner))
+
+    return SchedulerState()
+
+
+def _population(inner: Any) -> str:
+    """``; population {trial: (score, last perturbation)}`` for PBT and PB2, else ""."""
+    from sweeps.execution.levers import core, scheduler_state
+
+    if not core.applies(scheduler_state.LEVER):
+        return ""
+    found = scheduler_state.population(inner)
+    return f"; population {json.dumps(dict(sorted(found.items())))}" if found else ""
+
+
+def saved_state(experiment_dir: str) -> dict[str, Any] | None:
+    """The scheduler state an experiment's newest callback-state file holds (``extend``), or None."""
+    import ray.cloudpickle as cloudpickle
+
+    from sweeps import uris
+
+    try:
+        names = sorted(n for n in uris.listdir(experiment_dir) if n.startswith("callback-states-"))
+    except (FileNotFoundError, OSError):
+        return None
+    for file_name in reversed(names):
+        try:
+            states = cloudpickle.loads(uris.read_bytes(uris.join(experiment_dir, file_name)))
+        except Exception as exc:  # a damaged file: an older one may do
+            log.warning("could not read %s (%s)", file_name, exc)
+            continue
+        for state in (states or {}).values():
+            if isinstance(state, dict) and state.get(MARK):
+                return state
+    return None

@@ -1,0 +1,219 @@
+"""The built wheel, installed into a fresh virtualenv beside the oldest Ray it supports, used in empty folders.
+
+As a user adopts it: ``pip wheel .``, a fresh venv (uv) with torch, the wheel and ``ray==FLOOR`` (the range's
+floor: Ray's public path, every lever off), nothing of this checkout on its path, and every command run from
+an empty folder:
+
+- the quickstart with a SIGTERM after its first trial, ``resume`` and ``promote`` (the floor's spine), with a
+  terminal that holds only ``sweeps``' own lines (Ray's and MLflow's go to the console log it names);
+- ``init``, ``new trainable mymlp`` and ``run +experiment=mymlp`` under a bundled scheduler that the project's own
+  ``conf/scheduler/asha.yaml`` overrides; ``doctor`` passing there and failing where no config resolves;
+- the ``hf`` extra named when it is missing; two quickstarts started together in a fresh folder both finish;
+- nothing written into the venv's ``site-packages``.
+
+Why its own sweeps: the whole installation is the subject (a second Ray, a second virtualenv). Slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, wait_for
+from freshvenv import UV_CACHE, pip_find_links
+
+pytestmark = pytest.mark.slow
+FLOOR = "2.53.0"  # the oldest Ray of pyproject.toml's range (docs/ray.md, "Ray versions")
+SMALL = ["sweep.num_samples=2", "trainable.params.epochs=2", "cluster.health_check_interval_s=0.1"]
+
+
+class Installed:
+    """A fresh venv holding the wheel and Ray FLOOR, and sweeps run from it in a given folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.venv = root, root / "venv"
+        self.python = self.venv / "bin" / "python"
+        self.uv = Path(sys.executable).parent / "uv"
+        self.ray_tmp = Path(tempfile_dir())
+
+    def _uv(self, *args: str) -> None:
+        env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE), "UV_FIND_LINKS": " ".join(pip_find_links())}
+        for offline in ("1", "0"):  # a warm cache first; the registry for what it lacks
+            proc = subprocess.run([str(self.uv), *args], env={**env, "UV_OFFLINE": offline}, capture_output=True,
+                                  text=True, timeout=1200)
+            if proc.returncode == 0:
+                return
+        raise AssertionError(f"uv {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+
+    def create(self) -> Installed:
+        wheels = self.root / "wheels"
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)],
+                               capture_output=True, text=True, timeout=600)
+        assert built.returncode == 0, built.stderr[-3000:]
+        (wheel,) = wheels.glob("sweeps-*.whl")
+        self._uv("venv", "-q", "--python", sys.executable, str(self.venv))
+        self._uv("pip", "install", "-q", "--python", str(self.python), "torch==2.13.0")
+        self._uv("pip", "install", "-q", "--python", str(self.python), str(wheel),
+                 f"ray[default,tune,train]=={FLOOR}")
+        return self
+
+    def env(self, home: Path, **extra: str) -> dict[str, str]:
+        drop = ("PYTHONPATH", "VIRTUAL_ENV", "SWEEPS_HOME", "SWEEPS_CONF_DIR", "SWEEPS_CONSOLE", "PYTHONHOME")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        env.update(HOME=str(self.root / "user"), RAY_TMPDIR=str(self.ray_tmp), RAY_USAGE_STATS_ENABLED="0",
+                   PYTHONUNBUFFERED="1", PATH=f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                   SWEEPS_HOME=str(home), **extra)
+        return env
+
+    def sweeps(self, folder: Path, *args: str, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.venv / "bin" / "sweeps"), *args], cwd=folder,
+                              env=self.env(folder / ".sweeps", **extra), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def start(self, folder: Path, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([str(self.venv / "bin" / "sweeps"), *args], cwd=folder,
+                                env=self.env(folder / ".sweeps"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def site_packages(self) -> dict[str, float]:
+        (site,) = (self.venv / "lib").glob("python3.*/site-packages")
+        return {str(p): p.stat().st_mtime for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                and not p.suffix == ".pyc"}
+
+    def cleanup(self) -> None:
+        subprocess.run(["pkill", "-9", "-f", str(self.ray_tmp)], check=False)
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="rf", dir="/tmp")  # unix sockets need short paths
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.timeout(2400)
+def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_into_site_packages(
+        tmp_path: Path) -> None:
+    inst = Installed(tmp_path).create()
+    try:
+        before = inst.site_packages()
+        check = subprocess.run([str(inst.python), "-c", "import ray, sweeps, sys; print(ray.__version__, "
+                                "sweeps.__file__)"], cwd=tmp_path, env=inst.env(tmp_path / "h"), capture_output=True,
+                               text=True, timeout=120)
+        version, where = ok(check).split()
+        assert version == FLOOR and str(inst.venv) in where, "the wheel's sweeps, not this checkout's"
+
+        # the floor's spine: a sweep stopped by SIGTERM after its first trial, resumed, promoted
+        quick = tmp_path / "quick"
+        quick.mkdir()
+        driver = inst.start(quick, "run", "+experiment=quickstart", *SMALL, "sweep.max_concurrent_trials=1",
+                            "+trainable.params.epoch_sleep_s=1.0")
+        log = lambda: list((quick / ".sweeps" / "logs").glob("quickstart-*.log"))  # noqa: E731
+        wait_for(lambda: log() and '"status": "TERMINATED"' in log()[0].read_text() or driver.poll() is not None,
+                 600, 1.0, "the first trial to end")
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=300)
+        assert driver.returncode == 130, (out + err)[-4000:]
+        terminal = out + err
+        assert "Ray's, Tune's, MLflow's and the trials' own output" in err, err[-2000:]
+        for noise in ("Token authentication is enabled", "Creating initial MLflow database tables",
+                      "Configuration for experiment", "tensorboard"):
+            assert noise not in terminal, f"{noise!r} reached the terminal:\n{terminal[-3000:]}"
+        console = next((quick / ".sweeps" / "logs").glob("console-*.log")).read_text()
+        assert "Configuration for experiment" in console, "Tune's box is in the console log"
+        resumed = ok(inst.sweeps(quick, "resume", "latest"))
+        assert "finished" in resumed
+        assert f"ray {FLOOR} is not a version it was checked against" in (quick / ".sweeps" / "logs").joinpath(
+            sorted(p.name for p in (quick / ".sweeps" / "logs").glob("console-*.log"))[-1]).read_text()
+        promoted = inst.sweeps(quick, "promote", "latest", "--model-name", "floor-digits")
+        assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-4000:]
+        assert ok(inst.sweeps(quick, "doctor")).count("[FAIL]") == 0
+
+        # a project of one's own: init, a trainable, a bundled scheduler overridden by the project's own file
+        proj = tmp_path / "proj"
+        proj.mkdir()
+        ok(inst.sweeps(proj, "init"))
+        ok(inst.sweeps(proj, "new", "trainable", "mymlp"))
+        assert (proj / "mymlp.py").is_file() and (proj / "conf" / "experiment" / "mymlp.yaml").is_file()
+        (proj / "conf" / "scheduler").mkdir()
+        bundled_asha = next(inst.venv.glob("lib/python3.*/site-packages/sweeps/_bundled/conf/scheduler/asha.yaml"))
+        (proj / "conf" / "scheduler" / "asha.yaml").write_text(
+            bundled_asha.read_text().replace("grace_period: 2", "grace_period: 1"))
+        dry = ok(inst.sweeps(proj, "run", "+experiment=mymlp", "--dry-run"))
+        assert f"scheduler: asha <- {proj / 'conf' / 'scheduler' / 'asha.yaml'}" in dry, dry
+        assert "searcher: random <- " in dry and "_bundled" in dry
+        ran = ok(inst.sweeps(proj, "run", "+experiment=mymlp", *SMALL))
+        assert "finished" in ran
+        rec = json.loads(next((proj / ".sweeps" / "sweeps").glob("mymlp-*.json")).read_text())
+        assert rec["config"]["scheduler"]["grace_period"] == 1, "the project's asha.yaml won"
+        assert "experiments compose" in ok(inst.sweeps(proj, "doctor"))
+        missing = inst.sweeps(proj, "run", "+experiment=charlm", "--dry-run")
+        assert missing.returncode == 2 and "pip install 'sweeps[hf]'" in missing.stderr, missing.stderr
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        no_conf = inst.sweeps(empty, "doctor", SWEEPS_CONF_DIR=str(empty / "nothing"))
+        assert no_conf.returncode != 0 and "configs" in no_conf.stdout, no_conf.stdout[-2000:]
+        inside = inst.sweeps(empty, "new", "trainable", "x", "--dir", str(Path(where).parent.parent))
+        assert inside.returncode == 2 and "where installed packages live" in inside.stderr, inside.stderr
+
+        # two sweeps at once in a fresh folder: the store is created once, both finish
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        pair = [inst.start(fresh, "run", "+experiment=quickstart", "sweep.num_samples=1", "trainable.params.epochs=1")]
+        time.sleep(3)
+        pair.append(inst.start(fresh, "run", "+experiment=quickstart", "sweep.num_samples=1",
+                               "trainable.params.epochs=1"))
+        for proc in pair:
+            out, err = proc.communicate(timeout=900)
+            assert proc.returncode == 0, (out + err)[-4000:]
+        # a cluster on the floor's Ray, a driver on this checkout's: one line naming both, exit 2, in < 10 s
+        mismatch(inst, tmp_path)
+        after = inst.site_packages()
+        written = sorted(p for p in after if p not in before or after[p] != before[p])
+        assert not written, f"written into site-packages: {written[:10]}"
+    finally:
+        inst.cleanup()
+
+
+def mismatch(inst: Installed, tmp_path: Path) -> None:
+    """A head started from the floor's venv; the project's own driver (this checkout's Ray) refuses it."""
+    import ray
+
+    from sweeps.ports import free_port
+
+    port, head_tmp = free_port(), tempfile_dir()
+    env = {**inst.env(tmp_path / "head-home"), "RAY_TMPDIR": head_tmp}
+    started = subprocess.run([str(inst.venv / "bin" / "ray"), "start", "--head", "--port", str(port), "--num-cpus",
+                              "1", "--include-dashboard=false", "--disable-usage-stats"], env=env, capture_output=True,
+                             text=True, timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        driver_env = {**os.environ, "SWEEPS_HOME": str(tmp_path / "driver-home"), "HOME": str(tmp_path / "user2"),
+                      "SWEEPS_CONSOLE": "terminal"}
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "sweeps", "run", "+experiment=quickstart", "cluster=remote",
+                               f"cluster.address=127.0.0.1:{port}"], cwd=tmp_path, env=driver_env,
+                              capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and took < 10, (proc.returncode, took, said[-3000:])
+        assert f"runs Ray {FLOOR}" in said and f"this driver Ray {ray.__version__}" in said, said[-3000:]
+        assert "ray job submit" in said and "Traceback" not in said, said[-3000:]
+        doctor = subprocess.run([sys.executable, "-m", "sweeps", "doctor", "--address", f"127.0.0.1:{port}"],
+                                cwd=tmp_path, env=driver_env, capture_output=True, text=True, timeout=120)
+        assert doctor.returncode != 0 and "[FAIL] cluster versions" in doctor.stdout, doctor.stdout[-3000:]
+        leftover = subprocess.run(["pgrep", "-f", str(tmp_path / "driver-home")], capture_output=True, text=True)
+        assert not leftover.stdout.strip(), "the refused driver left nothing running"
+    finally:
+        subprocess.run(["pkill", "-9", "-f", head_tmp], check=False)
