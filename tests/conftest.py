@@ -350,3 +350,14 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
         if code == 3:
             assert "at least as good" in outs[t] and t not in versions, outs[t]  # refused: nothing registered
     assert not [m.name for m in c.search_registered_models() if "promote-lock" in m.name], "the lock is released"
+
+
+def model_files(c: Any, run: Any) -> set[str]:
+    """The files of a trial run's LoggedModel (its best checkpoint, stored once: in the model, not the run)."""
+    models = c.search_logged_models([run.info.experiment_id], filter_string=(
+        f"tags.`sweeps.trial_id` = '{run.data.tags['sweeps.trial_id']}' AND "
+        f"tags.`sweeps.sweep_id` = '{run.data.tags['sweeps.sweep_id']}'"))
+    assert len(models) == 1, f"one model per trial, found {len(models)}"
+    assert models[0].source_run_id == run.info.run_id, "the model's source run is its trial's run"
+    assert not c.list_artifacts(run.info.run_id, "checkpoint"), "no second copy beside the run"
+    return {a.path for a in c.list_logged_model_artifacts(models[0].model_id)}

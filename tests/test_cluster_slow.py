@@ -240,7 +240,8 @@ def test_s3_sweep_waits_for_a_node_then_runs_report_resume_extend_promote_sync_d
                         extra_env=parts.driver_env()), "doctor")
     assert f"{store} writable" in out
     keys = parts.s3.keys("mlflow/")
-    assert any(k.endswith("checkpoint/model.pt") for k in keys), "trial checkpoints logged to MLflow's S3 store"
+    assert any(k.endswith("artifacts/model.pt") and "/models/" in k for k in keys), \
+        "trial checkpoints logged to MLflow's S3 store, as the trials' models"
     assert not any(k.startswith("sweeps/sweeps/") or "s3:" in k for k in parts.s3.keys())
 
 

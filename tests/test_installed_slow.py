@@ -170,10 +170,10 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         # two sweeps at once in a fresh folder: the store is created once, both finish
         fresh = tmp_path / "fresh"
         fresh.mkdir()
-        pair = [inst.start(fresh, "run", "+experiment=quickstart", "sweep.num_samples=1", "trainable.params.epochs=1")]
+        pair = [inst.start(fresh, "run", "+experiment=quickstart", "sweep.num_samples=1", "trainable.params.epochs=2")]
         time.sleep(3)
         pair.append(inst.start(fresh, "run", "+experiment=quickstart", "sweep.num_samples=1",
-                               "trainable.params.epochs=1"))
+                               "trainable.params.epochs=2"))
         for proc in pair:
             out, err = proc.communicate(timeout=900)
             assert proc.returncode == 0, (out + err)[-4000:]

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client
+from conftest import SweepsEnv, mlflow_client, model_files
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def test_asha_run_tree_in_mlflow(asha) -> None:  # noqa: ANN001
         assert {"lr", "hidden_size", "batch_size", "epochs"} <= set(r.data.params)
         hist = c.get_metric_history(r.info.run_id, "val/acc")
         assert [m.step for m in sorted(hist, key=lambda m: m.step)] == list(range(1, len(hist) + 1))
-        assert "checkpoint/model.pt" in {a.path for a in c.list_artifacts(r.info.run_id, "checkpoint")}
+        assert "model.pt" in model_files(c, r)
         assert r.data.tags["sweeps.trial_id"] and r.data.tags["retries"] == "0"
     best_child = [r for r in children if r.data.tags.get("sweeps.best") == "true"]
     assert len(best_child) == 1 and best_child[0].data.tags["sweeps.trial_id"] == p.tags["best_trial_id"]

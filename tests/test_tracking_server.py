@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client, race
+from conftest import SERVED_EPOCHS, SERVED_TINY, SERVED_TRIALS, ServedSweep, SweepsEnv, mlflow_client, model_files, race
 
 from sweeps.tracking import client as tracking
 from sweeps.tracking import server as mlflow_server
@@ -214,17 +214,32 @@ def test_metric_histories_have_one_point_per_training_iteration(logged: Logged) 
 
 
 @pytest.mark.slow
-def test_best_checkpoint_is_an_artifact_of_each_child(logged: Logged, tmp_path: Path) -> None:
+def test_best_checkpoint_is_each_childs_logged_model_stored_once(logged: Logged, tmp_path: Path) -> None:
+    """Each trial's best checkpoint is a LoggedModel whose source run is the trial's run; its files are stored
+    once in the artifact store (TRIALS copies of model.pt, none beside the runs); the models ordered by the
+    metric are the report's ranking (values), and each model's metrics are its best step's."""
+    import mlflow.artifacts
     import torch
 
+    c = logged.client
     for r in logged.children:
-        c, run_id = logged.client, r.info.run_id
-        assert "checkpoint/model.pt" in {a.path for a in c.list_artifacts(run_id, "checkpoint")}
-        local = c.download_artifacts(run_id, "checkpoint/model.pt", str(tmp_path / run_id))
-        state = torch.load(local, weights_only=True)
-        assert state and all(isinstance(v, torch.Tensor) for v in state.values())
+        assert "model.pt" in model_files(c, r)
         assert 1 <= int(r.data.tags["best_checkpoint_iteration"]) <= EPOCHS
-    # proxied through the server: the files sit in its artifacts destination, not in the sweep's cwd
+        assert r.data.tags["best_model"].startswith("models:/m-")
+    exp = logged.parent.info.experiment_id
+    ordered = c.search_logged_models([exp], order_by=[{"field_name": "metrics.val/acc", "ascending": False}])
+    trial_models = [m for m in ordered if m.tags.get("sweeps.model_kind") == "trial"]
+    assert len(trial_models) == TRIALS
+    values = [next(x.value for x in m.metrics if x.key == "val/acc") for m in trial_models]
+    assert values == sorted(values, reverse=True)
+    assert sorted(int(m.tags["sweeps.rank"]) for m in trial_models) == list(range(1, TRIALS + 1))
+    assert trial_models[0].tags["sweeps.rank"] == "1", "MLflow's best by the metric is the report's first"
+    assert logged.parent.data.tags["sweeps.best_model_id"] == trial_models[0].model_id
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"{trial_models[0].artifact_location}/model.pt",
+                                                tracking_uri=logged.server.url, dst_path=str(tmp_path))
+    state = torch.load(local, weights_only=True)
+    assert state and all(isinstance(v, torch.Tensor) for v in state.values())
+    # proxied through the server: the files sit in its artifacts destination, once each, not in the sweep's cwd
     assert len(list(logged.artifacts.rglob("model.pt"))) == TRIALS
     assert not (logged.env.root / "mlartifacts").exists() and not (logged.env.root / "mlruns").exists()
 

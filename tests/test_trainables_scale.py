@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SweepsEnv, mlflow_client
+from conftest import SweepsEnv, mlflow_client, model_files
 from freshvenv import FreshVenv, invocations, requirements_file
 
 from trainables import charlm, common, tabular_data
@@ -281,8 +281,7 @@ def _assert_tracked(env: SweepsEnv, rec: dict, n: int, epochs: int) -> None:
     for r in children:
         hist = sorted(c.get_metric_history(r.info.run_id, "val/loss"), key=lambda m: m.step)
         assert [m.step for m in hist] == list(range(1, epochs + 1)) and all(math.isfinite(m.value) for m in hist)
-        assert {"checkpoint/model.pt", "checkpoint/optimizer.pt", "checkpoint/meta.json"} <= {
-            a.path for a in c.list_artifacts(r.info.run_id, "checkpoint")}
+        assert {"model.pt", "optimizer.pt", "meta.json"} <= model_files(c, r)
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,8 @@ def confirm_sweep(sweep_id: str, top_k: int | None = None, seeds: int | None = N
         out = confirm(sweep_id, top_k, seeds, list(overrides))
     records, summ = load_sweep(out.record)
     folder = default_report_dir(out.record).resolve()
-    write_all(out.record, records, summ, folder)
+    from sweeps.tracking.models import ids_for
+
+    write_all(out.record, records, summ, folder, ids_for(out.record))
     return Confirmation(out.record.sweep_id, out.record.metric, list(out.intervals), out.note,
                         folder / "report.html", interrupted=out.interrupted)

@@ -161,6 +161,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, seen.hours,
                                 _front(spec, records_))
             session.end(run_name)
+            _rank_models(c, rec, summ)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
                   missing_metric=lacking)
     if lacking:  # nothing to confirm, report or promote: no trial reported the metric
@@ -229,6 +230,16 @@ def _front(spec: SweepSpec, records_: list[Any]) -> list[dict[str, Any]]:
     return to_dicts(points(records_, spec.sweep.objectives, spec.sweep.constraints))
 
 
+def _rank_models(c: Any, rec: store.SweepRecord, summ: summary.Summary) -> None:
+    """Each trial model's place in the report; the parent run names the best model (MLflow's Models tab)."""
+    from sweeps.tracking import models
+
+    try:
+        models.rank(c, rec.mlflow_experiment_id, rec.sweep_id, summ.ranked, rec.parent_run_id)
+    except Exception as exc:  # a store without LoggedModels, or one down: the runs and the report stand
+        log.debug("could not rank the sweep's models (%s)", exc)
+
+
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
                   mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
                   pareto: list[dict[str, Any]]) -> store.SweepRecord:
@@ -264,7 +275,9 @@ def _report(rec: store.SweepRecord, records_: list[Any], summ: summary.Summary, 
 
     try:
         out_dir = Path(spec.report.dir) / rec.experiment / rec.sweep_id
-        written = write_all(rec, records_, summ, out_dir)
+        from sweeps.tracking.models import ids_for
+
+        written = write_all(rec, records_, summ, out_dir, ids_for(rec))
         store.update(rec.sweep_id, report_dir=str(out_dir.resolve()))
         try:
             c.log_artifacts(rec.parent_run_id, str(out_dir), artifact_path="report")

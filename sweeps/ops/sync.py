@@ -45,6 +45,24 @@ def _missing_metrics(c: Any, run_id: str, trial: TrialRecord) -> list[Any]:
     return out
 
 
+def _model(c: Any, rec: store.SweepRecord, run_id: str, trial: TrialRecord) -> int:
+    """The trial's LoggedModel for its best checkpoint, made or brought up to date (never a second one); 1 when
+    it has one. A checkpoint missing from storage is said, not fatal."""
+    from sweeps.tracking import models
+
+    if not trial.best_checkpoint or not models.supported(c, rec.tracking_uri):
+        return 0
+    best = next((h for h in trial.history if h.get("training_iteration") == trial.best_checkpoint_iteration), {})
+    status = "failed" if trial.status == "ERROR" else "early-stopped" if trial.early_stopped else "completed"
+    try:
+        models.upsert(c, rec.mlflow_experiment_id, run_id, rec.sweep_id, trial.trial_id, trial.best_checkpoint,
+                      best, trial.params, status)
+    except Exception as exc:  # noqa: BLE001 - one trial's model; the others and the runs go on
+        log.warning("sync: no model for trial %s (%s)", trial.trial_id, exc)
+        return 0
+    return 1
+
+
 def sync(sweep_id: str) -> dict[str, int]:
     """Bring MLflow in line with the sweep's Ray results. Returns counts of what changed."""
     rec = store.load(sweep_id)
@@ -53,7 +71,7 @@ def sync(sweep_id: str) -> dict[str, int]:
     mc.close_stale_runs(c)
     trials = load_records(rec.experiment_dirs, rec.metric, rec.mode, settled=rec.status == "finished")
     children = _child_runs(c, rec)
-    counts = {"runs_created": 0, "metrics_logged": 0, "statuses_set": 0}
+    counts = {"runs_created": 0, "metrics_logged": 0, "statuses_set": 0, "models": 0}
     for trial in trials:
         run = children.get(trial.trial_id)
         if run is None:
@@ -70,6 +88,7 @@ def sync(sweep_id: str) -> dict[str, int]:
         for chunk in mc.chunks(missing, mc.MAX_METRICS):
             c.log_batch(run_id, metrics=chunk)
         counts["metrics_logged"] += len(missing)
+        counts["models"] += _model(c, rec, run_id, trial)
         final = STATUS.get(trial.status, "KILLED")
         if status_now != final:
             c.set_terminated(run_id, status=final)

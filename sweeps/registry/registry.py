@@ -82,20 +82,32 @@ def current_champion(c: Any, name: str, alias: str) -> Champion | None:
 
 def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: dict[str, str]
              ) -> tuple[str, str]:
-    """Log the model package in the trial's run (status untouched) and register it; (version, model uri)."""
+    """Log the model package in the trial's run (status untouched) as a LoggedModel whose lineage names the
+    trial's own model, and register it from ``models:/<its id>``; (version, model uri)."""
     import mlflow
     import mlflow.pyfunc
     from mlflow.models import Model
 
+    from sweeps.tracking import models
+
+    c = mc.client(rec.tracking_uri)
+    trial_id = tags[VERSION_TAG_TRIAL]
+    source = models.find(c, rec.mlflow_experiment_id, rec.sweep_id, trial_id) if models.supported(
+        c, rec.tracking_uri) else None
+    lineage = {models.TAG_KIND: "served", VERSION_TAG_SWEEP: rec.sweep_id, VERSION_TAG_TRIAL: trial_id,
+               **({models.TAG_SOURCE: source.model_id} if source is not None else {})}
     with mlflow_uris(rec.tracking_uri):
         mlflow.set_experiment(experiment_id=rec.mlflow_experiment_id)
         # Model.log(run_id=...) attaches the model to the finished trial run without reopening it: start_run()
         # would flip a KILLED/FINISHED run to RUNNING and then FINISHED. (mlflow.pyfunc.log_model takes no
         # run_id; it calls Model.log with flavor=mlflow.pyfunc.)
-        info = Model.log(artifact_path=None, name="model", flavor=mlflow.pyfunc, run_id=run_id,
-                         tags={VERSION_TAG_SWEEP: rec.sweep_id, VERSION_TAG_TRIAL: tags[VERSION_TAG_TRIAL]}, **package)
-        mv = mlflow.register_model(info.model_uri, name, tags=tags)
-    return str(mv.version), str(info.model_uri)
+        info = Model.log(artifact_path=None, name=f"{rec.sweep_id}-{trial_id}-served", flavor=mlflow.pyfunc,
+                         run_id=run_id, tags=lineage, **package)
+        model_uri = f"models:/{info.model_id}" if getattr(info, "model_id", None) else str(info.model_uri)
+        version_tags = {**tags, "sweeps.model_id": str(getattr(info, "model_id", "") or ""),
+                        **({models.TAG_SOURCE: source.model_id} if source is not None else {})}
+        mv = mlflow.register_model(model_uri, name, tags=version_tags)
+    return str(mv.version), model_uri
 
 
 # -- listing ------------------------------------------------------------------------------------------------
@@ -133,7 +145,8 @@ def _row(mv: Any, aliases: Sequence[str]) -> dict[str, str]:
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((mv.creation_timestamp or 0) / 1000))
     return {"name": mv.name, "version": str(mv.version), "aliases": ",".join(sorted(aliases)) or "-",
             "metric": metric, "eval": " ".join(evals) or "-", "sweep": tags.get(VERSION_TAG_SWEEP, "-"),
-            "trial": tags.get(VERSION_TAG_TRIAL, "-"), "created": created}
+            "trial": tags.get(VERSION_TAG_TRIAL, "-"), "model": tags.get("sweeps.model_id") or "-",
+            "source_model": tags.get("sweeps.source_model_id") or "-", "created": created}
 
 
 def list_models(uri: str, name: str | None = None) -> list[dict[str, str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +104,26 @@ def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -
     return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [], sections=sections)
 
 
+def _columns(rec: SweepRecord, records: list[Any], model_ids: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
+    """trials.csv's extra columns: the Pareto ones, and each trial's MLflow model id."""
+    out = {k: dict(v) for k, v in (_pareto_columns(rec, records) or {}).items()}
+    for trial_id, model_id in (model_ids or {}).items():
+        out.setdefault(trial_id, {})["model_id"] = model_id
+    return out
+
+
 def write(
-    rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path, formats: Sequence[str] = FORMATS
+    rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path, formats: Sequence[str] = FORMATS,
+    model_ids: Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Write the requested formats (``md``, ``csv``, ``html``; html brings the PNG plots) into ``out_dir``."""
+    """Write the requested formats (``md``, ``csv``, ``html``; html brings the PNG plots) into ``out_dir``.
+    ``model_ids``: each trial's MLflow model, a column of trials.csv."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summ = complete(rec, records, summ)
     written: list[Path] = []
     if "csv" in formats:
         p = out_dir / "trials.csv"
-        p.write_text(csv_text(summ, _pareto_columns(rec, records)))
+        p.write_text(csv_text(summ, _columns(rec, records, model_ids)))
         written.append(p)
     if "md" not in formats and "html" not in formats:
         return written
@@ -150,6 +160,7 @@ def trials_table(rec: SweepRecord, records: list[Any], summ: Summary) -> Any:
     return pd.read_csv(io.StringIO(csv_text(complete(rec, records, summ), _pareto_columns(rec, records))))
 
 
-def write_all(rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path) -> list[Path]:
+def write_all(rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path,
+              model_ids: Mapping[str, str] | None = None) -> list[Path]:
     """trials.csv, summary.md, report.html and the PNG plots into ``out_dir``; returns the paths written."""
-    return write(rec, records, summ, out_dir, FORMATS)
+    return write(rec, records, summ, out_dir, FORMATS, model_ids)

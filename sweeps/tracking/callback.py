@@ -73,7 +73,7 @@ class _Tracker(Endings):
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.attempted: set[str] = set()  # trial ids whose create_run raised: the server may have made the run
         self.buffers: dict[str, list[Any]] = {}
-        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]] = {}
+        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, tuple[str, dict[str, Any]] | None]] = {}
         self.last_flush = 0.0
         self.failed_sends = 0
         self._client: Any = None

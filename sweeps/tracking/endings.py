@@ -27,7 +27,10 @@ class Endings:
     runs: dict[str, str]
     opened: set[str]
     buffers: dict[str, list[Any]]
-    finals: dict[str, tuple[Any, str, dict[str, str], str | None, str | None]]
+    finals: dict[str, tuple[Any, str, dict[str, str], str | None, tuple[str, dict[str, Any]] | None]]
+    uri: str
+    experiment_id: str
+    sweep_id: str
     book: Any
     epochs: int | None
     secrets: set[str]
@@ -71,7 +74,7 @@ class Endings:
             tags["best_checkpoint"] = best[0]
             tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
         tags.update(getattr(self, "noted", {}).pop(trial.trial_id, {}))
-        self.finals[trial.trial_id] = (trial, status, tags, error, best[0] if best else None)
+        self.finals[trial.trial_id] = (trial, status, tags, error, best)
         self.flush(force=True)
 
     def _try_finals(self) -> bool:
@@ -83,9 +86,8 @@ class Endings:
                 with self.timer:
                     if error is not None:
                         self._log_error(run_id, error)
-                    if ckpt and self.log_checkpoints and uris.is_dir(ckpt):
-                        with uris.local_copy(ckpt) as folder:
-                            self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
+                    if ckpt and self.log_checkpoints:
+                        self._keep_checkpoint(trial, run_id, status, tags, ckpt)
                     set_tags(self.client, run_id, tags)
                     self.client.set_terminated(run_id, status=status)
                 self.opened.discard(run_id)
@@ -94,6 +96,28 @@ class Endings:
                 log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
                 return False
         return True
+
+    def _keep_checkpoint(self, trial: Any, run_id: str, status: str, tags: dict[str, str],
+                         best: tuple[str, dict[str, Any]]) -> None:
+        """The trial's best checkpoint as its LoggedModel (:mod:`sweeps.tracking.models`), or as the run's
+        artifacts where the store has no LoggedModels; a checkpoint missing from storage is said, not fatal."""
+        from sweeps.tracking import models
+
+        where, result = best
+        if not uris.is_dir(where):
+            log.warning("trial %s: its best checkpoint %s is not in storage any more; no model kept", trial, where)
+            tags["sweeps.checkpoint_missing"] = where
+            return
+        if not models.supported(self.client, self.uri):
+            with uris.local_copy(where) as folder:
+                self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
+            return
+        early = tags.get("early_stopped") == "true"
+        kind = "failed" if status == "FAILED" else "early-stopped" if early else "completed"
+        params = {k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")}
+        model_id = models.upsert(self.client, self.experiment_id, run_id, self.sweep_id, trial.trial_id, where,
+                                 result, params, kind, donor=tags.get(models.TAG_DONOR))
+        tags["best_model"] = f"models:/{model_id}"
 
     def drain(self, timeout_s: float = 120.0) -> bool:
         """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""

@@ -46,7 +46,7 @@ def register(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list[
     live.sweep = sweep_id
     live.callbacks.update({f"given{i}": c for i, c in enumerate(given)})
     live.callbacks.update(watchers(spec, plan, sweep_id, name))
-    live.callbacks.update(housekeepers(spec, plan, sweep_id))
+    live.callbacks.update(housekeepers(spec, plan, sweep_id, name))
     head = [f"given{i}" for i in range(len(given))]
     return [*session.handles(name, [*head, *WATCHERS]), *result_loggers(), *session.handles(name, list(HOUSEKEEPERS))]
 
@@ -83,15 +83,20 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
     return out
 
 
-def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str) -> dict[str, Any]:
+def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str, Any]:
     """The checkpoint keeper (PBT pins, latest checkpoints kept for resume, clean-up), the placement-group
     reaper and the warm pool (when those levers are on)."""
     from sweeps.execution.tuning import keeper
     from sweeps.execution.warmstart import pool, reaper
 
     levers = warm.current(spec.cluster.mode == "local")
+    def on_donor(recipient: str, donor: str) -> None:  # the recipient's run and model name their donor
+        tracker: Any = session.session(name).callbacks.get("given0")
+        if tracker is not None and hasattr(tracker, "note_tags"):
+            tracker.note_tags(recipient, {"sweeps.donor": donor})
+
     pins, latest, sweeper = keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep,
-                                             spec.sweep.metric, spec.sweep.mode)
+                                             spec.sweep.metric, spec.sweep.mode, on_donor)
     out: dict[str, Any] = {"donor_pins": pins, "latest_kept": latest, "sweeper": sweeper}
     if levers.lean:
         out["reaper"] = reaper.reaper_callback(sweep_id)

@@ -192,10 +192,19 @@ def _sweep(trials: list[Any], train_dir: str, fs: Any) -> None:
             drop_pins(fs, t.path, None, KEEP_PREFIX)
 
 
-def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str) -> list[Any]:
+def donor_of(trial: Any, trials: list[Any]) -> str | None:
+    """The trial whose folder holds the checkpoint ``trial`` would restore from (a PBT donor), or None."""
+    ckpt = trial.checkpoint
+    if ckpt is None or not trial.path or inside(ckpt.path, trial.path):
+        return None
+    return next((t.trial_id for t in trials if t.path and inside(ckpt.path, t.path)), None)
+
+
+def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
+              on_donor: Any = None) -> list[Any]:
     """Tune callbacks: pin PBT donors' checkpoints, keep each trial's latest checkpoint alive for ``resume``;
     at the experiment's end, delete what no trial needs. ``train_dir`` is under the sweep's storage: the trial
-    folders share its filesystem."""
+    folders share its filesystem. ``on_donor(recipient, donor)`` hears of each PBT exploit's donor."""
     from ray.tune import Callback
 
     made: list[Any] = []
@@ -211,11 +220,18 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str) -
         PBT exploits into the trial that reported (asynchronous mode) or into paused trials (synchronous).
         """
 
+        def __init__(self) -> None:
+            self.told: dict[str, str] = {}
+
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
             for t in trials:
                 if t is trial or t.status == "PAUSED":
                     try:
+                        donor = donor_of(t, trials)
+                        if donor and on_donor is not None and self.told.get(t.trial_id) != donor:
+                            self.told[t.trial_id] = donor
+                            on_donor(t.trial_id, donor)
                         _pin(t, fs())
                     except Exception as exc:  # noqa: BLE001 - the recipient falls back to the original
                         log.warning("could not pin the donor checkpoint of trial %s (%s)", t.trial_id, exc)

@@ -77,6 +77,9 @@ def _project_layer() -> Iterator[None]:
     for plugin in (ProjectConfigSource, ProjectSearchPath):  # Hydra's public registration (scans can miss them)
         Plugins.instance().register(plugin)
     project = paths.project_conf()
+    if project is not None and not project.is_dir():
+        raise BadInput(f"SWEEPS_CONF_DIR: {project} is not a folder; point it at your project's conf/ folder, or "
+                       f"unset it (then ./conf and the bundled configs are used)")
     saved = os.environ.get(PROJECT_ENV)
     if project is None:
         os.environ.pop(PROJECT_ENV, None)

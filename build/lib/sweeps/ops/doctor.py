@@ -202,6 +202,10 @@ def check_configs() -> Check:
     from sweeps.errors import BadInput
 
     folders = ", ".join(str(p) for p in paths.conf_dirs())
+    project = paths.project_conf()
+    fix = "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR to a folder of sweeps configs"
+    if project is not None and not project.is_dir():
+        return Check("configs", False, f"SWEEPS_CONF_DIR={project} is not a folder: no config resolves", fix)
     names = compose.groups().get("experiment", [])
     broken = []
     for name in names:
@@ -212,8 +216,7 @@ def check_configs() -> Check:
     good = len(names) - len(broken)
     detail = f"{folders}: {good} of {len(names)} experiments compose"
     detail += f"; not: {'; '.join(broken)}" if broken else ""
-    return Check("configs", good > 0, detail, "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR "
-                 "to a folder of sweeps configs")
+    return Check("configs", good > 0, detail, fix)
 
 
 def run_checks(tracking_uri: str | None = None, storage: str | None = None,

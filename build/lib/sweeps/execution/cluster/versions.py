@@ -69,7 +69,9 @@ def message(address: str, cluster: Versions, mine: Versions | None = None) -> st
     """One line: both versions and the two ways out, with the exact commands."""
     mine = mine or here()
     host = address.split("://")[-1].rsplit(":", 1)[0]
-    args = " ".join(shlex.quote(a) for a in sys.argv[1:]) or "run +experiment=NAME"
+    argv = sys.argv[1:]
+    args = " ".join(shlex.quote(a) for a in argv) if argv[:1] in (["run"], ["resume"], ["extend"]) else \
+        "run +experiment=NAME cluster=remote cluster.address=auto"
     args = re.sub(r"cluster\.address=\S+", "cluster.address=auto", args)
     return (f"cluster.address: the cluster at {address} runs Ray {cluster.ray} on Python {cluster.python}, this "
             f"driver Ray {mine.ray} on Python {mine.python}; a driver must run its cluster's versions: install "
