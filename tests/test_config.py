@@ -29,6 +29,13 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
     assert spec.space, "each experiment has a search space"
 
 
+def test_the_trainables_declared_dataset_reaches_the_spec() -> None:
+    spec = config_build.build_spec(compose.compose(["+experiment=quickstart"]))
+    assert spec.trainable.dataset == ("sklearn-digits", "f6d9e39f")
+    spec = config_build.build_spec(compose.compose(["+experiment=quickstart", "~trainable.dataset"]))
+    assert spec.trainable.dataset is None
+
+
 def test_issue_example_overrides_apply() -> None:
     spec = config_build.build_spec(compose.compose([
         "+experiment=digits_asha", "trainable.num_workers=2", "sweep.num_samples=12",
@@ -121,6 +128,8 @@ BAD = [
      "scheduler.grace_perod: FIFOScheduler takes no argument 'grace_perod'; its arguments: (none)"),
     (["searcher=optuna", "+searcher.sampler.n_startup=3"], "searcher.sampler.n_startup: TPESampler takes no"),
     (["cluster.mode=k8s"], "cluster.mode: 'k8s' is not allowed; choose one of local, remote"),
+    (["~trainable.dataset.digest"], "trainable.dataset: got {'name': 'sklearn-digits'}; give both name and digest"),
+    (["trainable.dataset=digits"], "trainable.dataset: must be a mapping, got 'digits'"),
 ]
 
 

@@ -573,3 +573,45 @@ def test_child_metric_chart_plots_val_acc_over_steps(site: Site, browser: Any) -
     assert any(d.startswith("M") and "L" in d for d in drawn), drawn
     assert "Step" in browser.find_element(By.CSS_SELECTOR, ".js-plotly-plot").text
     browser.save_screenshot(str(site.shots / "val-acc-chart.png"))
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_models_tab_lists_the_sweeps_models_and_the_best_leads_back_to_its_trial(site: Site, browser: Any) -> None:
+    """The experiment's Models tab (Model training view) lists one model per trial; the best by the sweep's
+    metric (MLflow's own ``search_logged_models`` order, the report's ranking) opens on its metrics at the best
+    step and its source run, and that link lands on the trial's run. (The open-source UI of MLflow 3.17/3.18 sorts
+    this tab by creation time only: its metric sort is switched off in these builds; docs/mlflow.md says so.)"""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    c = mlflow_client(site.url)
+    ordered = [m for m in c.search_logged_models([site.experiment_id],
+                                                 order_by=[{"field_name": "metrics.val/acc", "ascending": False}])
+               if m.tags.get("sweeps.model_kind") == "trial"]
+    assert len(ordered) == TRIALS and ordered[0].tags["sweeps.rank"] == "1"
+    best = ordered[0]
+    _switch_workflow(browser, site, "Model training")
+    try:
+        browser.get(f"{site.url}/#/experiments/{site.experiment_id}/models")
+        for m in ordered:
+            _wait(browser, ec.visibility_of_element_located(_visible_link(m.name)),
+                  site.shots / "models-tab-timeout.png", f"the model {m.name} in the Models tab")
+        runs = {r.info.run_id: r.info.run_name for r in c.search_runs([site.experiment_id])}
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert all(runs[m.source_run_id] in body for m in ordered), body[:1500]
+        browser.save_screenshot(str(site.shots / "models-tab.png"))
+        _click_until_it_navigates(browser, site, _visible_link(best.name), f"/models/{best.model_id}")
+        best_acc = next(x.value for x in best.metrics if x.key == "val/acc")
+        _wait(browser, ec.text_to_be_present_in_element((By.TAG_NAME, "body"), str(best_acc)),
+              site.shots / "model-page-timeout.png", f"val/acc {best_acc} on {best.name}'s page")
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert "Source run" in body and best.model_id in body and "hidden_size" in body
+        browser.save_screenshot(str(site.shots / "best-model.png"))
+        source = next(a for a in browser.find_elements(By.XPATH, f"//a[normalize-space()="
+                                                                 f"{json.dumps(runs[best.source_run_id])}]")
+                      if a.is_displayed())
+        assert source.get_attribute("href").endswith(f"/runs/{best.source_run_id}")
+        assert site.children[runs[best.source_run_id]] == best.source_run_id, "the source run is the trial's run"
+    finally:
+        _switch_workflow(browser, site, "GenAI")  # the other browser tests share this profile

@@ -71,65 +71,77 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, text in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text, add_help=name != "run")
-        if name == "resume":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
-            sp.add_argument("--retry-errored", action="store_true", help="also rerun trials that errored")
-            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep "
-                            "(e.g. sweep.max_concurrent_trials=1)")
-        elif name == "extend":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID")
-            sp.add_argument("--more-trials", type=int, required=True, metavar="N", help="trials to add")
-            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep")
-        elif name == "confirm":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a finished sweep's id or 'latest'")
-            sp.add_argument("--top-k", type=int, default=None, metavar="K", help="configurations (confirm.top_k)")
-            sp.add_argument("--seeds", type=int, default=None, metavar="N", help="seeds each (confirm.seeds)")
-            sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep")
-        elif name == "sync":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID")
-        elif name == "report":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
-            sp.add_argument("--format", choices=("md", "csv", "html", "all"), default="all")
-            sp.add_argument("--out", default=None, help="output folder (default reports/<experiment>/<id>)")
-        elif name == "compare":
-            sp.add_argument("sweep_a", metavar="SWEEP_A")
-            sp.add_argument("sweep_b", metavar="SWEEP_B")
-            sp.add_argument("--out", default=None)
-        elif name == "list":
-            sp.add_argument("--experiment", default=None)
-        elif name == "promote":
-            sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
-            sp.add_argument("--model-name", default=None)
-            sp.add_argument("--alias", default="champion")
-            sp.add_argument("--trial", default=None, metavar="TRIAL_ID")
-            sp.add_argument("--force", action="store_true", help="promote even if the champion is better")
-            sp.add_argument("--rule", default=None, help="multi-objective: best_primary | cheapest_within:PCT "
-                            "(default: the sweep's promote.rule)")
-            sp.add_argument("--confirmed", action="store_true",
-                            help="promote `sweeps confirm`'s winner, gated on its pessimistic bound")
-        elif name == "models":
-            sp.add_argument("name", nargs="?", default=None)
-            sp.add_argument("--tracking-uri", default=None)
-        elif name == "ui":
-            _ui_arguments(sp)
-        elif name == "doctor":
-            _doctor_arguments(sp)
-        elif name == "schedule":
-            from sweeps.cli.schedule import add_arguments
-
-            add_arguments(sp)
-        elif name == "new":
-            from sweeps.cli import new
-
-            new.add_arguments(sp)
-        elif name in ("status", "stop", "pause", "unpause", "trial"):
-            from sweeps.cli import operate
-
-            operate.add_arguments(name, sp)
-        elif name == "init":
-            sp.add_argument("--dir", default=None, help="the project folder (default: the current one)")
-            sp.add_argument("--name", default="starter", help="the starter experiment's name")
+        if name in ("resume", "extend", "confirm", "sync"):
+            _rerun_arguments(name, sp)
+        else:
+            _other_arguments(name, sp)
     return p
+
+
+def _rerun_arguments(name: str, sp: argparse.ArgumentParser) -> None:
+    """The arguments of the commands that run a stored sweep again (resume, extend, confirm) and of sync."""
+    helps = {"resume": "a sweep id or 'latest'", "confirm": "a finished sweep's id or 'latest'"}
+    sp.add_argument("sweep_id", metavar="SWEEP_ID", help=helps.get(name))
+    if name == "sync":
+        return
+    if name == "resume":
+        sp.add_argument("--retry-errored", action="store_true", help="also rerun trials that errored")
+    elif name == "extend":
+        sp.add_argument("--more-trials", type=int, required=True, metavar="N", help="trials to add")
+    else:
+        sp.add_argument("--top-k", type=int, default=None, metavar="K", help="configurations (confirm.top_k)")
+        sp.add_argument("--seeds", type=int, default=None, metavar="N", help="seeds each (confirm.seeds)")
+    sp.add_argument("overrides", nargs="*", help="key=value changes that do not redefine the sweep" + (
+        " (e.g. sweep.max_concurrent_trials=1)" if name == "resume" else ""))
+
+
+def _other_arguments(name: str, sp: argparse.ArgumentParser) -> None:
+    if name == "report":
+        sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
+        sp.add_argument("--format", choices=("md", "csv", "html", "all"), default="all")
+        sp.add_argument("--out", default=None, help="output folder (default reports/<experiment>/<id>)")
+    elif name == "compare":
+        sp.add_argument("sweep_a", metavar="SWEEP_A")
+        sp.add_argument("sweep_b", metavar="SWEEP_B")
+        sp.add_argument("--out", default=None)
+    elif name == "list":
+        sp.add_argument("--experiment", default=None)
+    elif name == "promote":
+        _promote_arguments(sp)
+    elif name == "models":
+        sp.add_argument("name", nargs="?", default=None)
+        sp.add_argument("--tracking-uri", default=None)
+    elif name == "ui":
+        _ui_arguments(sp)
+    elif name == "doctor":
+        _doctor_arguments(sp)
+    elif name == "schedule":
+        from sweeps.cli.schedule import add_arguments
+
+        add_arguments(sp)
+    elif name == "new":
+        from sweeps.cli import new
+
+        new.add_arguments(sp)
+    elif name in ("status", "stop", "pause", "unpause", "trial"):
+        from sweeps.cli import operate
+
+        operate.add_arguments(name, sp)
+    elif name == "init":
+        sp.add_argument("--dir", default=None, help="the project folder (default: the current one)")
+        sp.add_argument("--name", default="starter", help="the starter experiment's name")
+
+
+def _promote_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("sweep_id", metavar="SWEEP_ID", help="a sweep id or 'latest'")
+    sp.add_argument("--model-name", default=None)
+    sp.add_argument("--alias", default="champion")
+    sp.add_argument("--trial", default=None, metavar="TRIAL_ID")
+    sp.add_argument("--force", action="store_true", help="promote even if the champion is better")
+    sp.add_argument("--rule", default=None, help="multi-objective: best_primary | cheapest_within:PCT "
+                    "(default: the sweep's promote.rule)")
+    sp.add_argument("--confirmed", action="store_true",
+                    help="promote `sweeps confirm`'s winner, gated on its pessimistic bound")
 
 
 # command -> (module under sweeps.cli, function): each group's module is imported only when it runs

@@ -69,8 +69,9 @@ def cmd_run(argv: Sequence[str]) -> int:
     from sweeps.api import calls
     from sweeps.cli.terminal import sweep_terminal
 
+    spec = calls.prepare_sweep(overrides)  # bad input is refused before the console log exists
     with sweep_terminal():
-        result = calls.run_overrides(overrides, hosted=False)
+        result = calls.run_prepared(spec, overrides, hosted=False)
     return finished(result)
 
 

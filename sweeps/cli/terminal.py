@@ -14,32 +14,54 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sweeps import paths
+from sweeps.errors import BadInput
 
 QUIET = ("sweeps.execution.warmstart", "sweeps.execution.levers")  # how the sweep runs, not how it goes
 
 
-def console_log() -> Path:
+def console_log() -> tuple[Path, list[Path], dict[Path, tuple[float, float]]]:
+    """The console log's path, the folders made for it (outermost first) and the times of those that were
+    there (so a refused command can leave them as they were)."""
     folder = paths.home() / "logs"
+    made = [p for p in (folder.parent, folder) if not p.exists()]
+    times = {p: (p.stat().st_atime, p.stat().st_mtime) for p in (folder.parent, folder) if p.exists()}
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"console-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    return folder / f"console-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log", made, times
 
 
 @contextmanager
 def sweep_terminal(verbose: bool | None = None) -> Iterator[Path | None]:
     """Send the libraries' output to the sweep's console log while the block runs (not with ``verbose``, which
-    defaults to whether ``-v`` made the ``sweeps`` logger log debug)."""
+    defaults to whether ``-v`` made the ``sweeps`` logger log debug). Input refused inside the block (BadInput)
+    leaves no log behind."""
     sweeps_log = logging.getLogger("sweeps")
     if verbose is None:
         verbose = sweeps_log.level == logging.DEBUG
     if verbose or os.environ.get("SWEEPS_CONSOLE") == "terminal":
         yield None
         return
-    path = console_log()
+    path, made, times = console_log()
+    restore = _to_file(sweeps_log, path)
+    rejected = False
+    try:
+        yield path
+    except BadInput:
+        rejected = True
+        raise
+    finally:
+        restore()
+        if rejected:  # input refused before anything ran: leave nothing behind (the error says it all)
+            _forget(path, made, times)
+
+
+def _to_file(sweeps_log: logging.Logger, path: Path) -> Callable[[], None]:
+    """Point descriptors 1 and 2 and the libraries' records at ``path``; ``sweeps``' own lines stay on the
+    terminal. Returns what puts everything back."""
     handlers = [h for h in sweeps_log.handlers if isinstance(h, logging.StreamHandler)
                 and not isinstance(h, logging.FileHandler)]
     for h in handlers:
@@ -65,11 +87,10 @@ def sweep_terminal(verbose: bool | None = None) -> Iterator[Path | None]:
         q.setLevel(logging.INFO)
         for h in handlers:
             h.addFilter(_below_warning(q.name))
-    try:
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        yield path
-    finally:
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+
+    def restore() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         for fd, copy in saved.items():
@@ -86,6 +107,19 @@ def sweep_terminal(verbose: bool | None = None) -> Iterator[Path | None]:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
         terminal.close()
+
+    return restore
+
+
+def _forget(path: Path, made: list[Path], times: dict[Path, tuple[float, float]]) -> None:
+    path.unlink(missing_ok=True)
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:  # something else wrote there meanwhile: keep it
+            return
+    for folder, (atime, mtime) in times.items():
+        os.utime(folder, (atime, mtime))
 
 
 class _below_warning(logging.Filter):  # noqa: N801 - a filter named for what it drops

@@ -80,6 +80,7 @@ class TrainableCfg:
     load_model: str | None = None  # dotted path: load_model(checkpoint_dir, config) -> ServableModel | nn.Module
     requires: tuple[str, ...] = ()  # modules the loop imports beyond sweeps' own dependencies
     extra: str | None = None  # the package extra that installs them (pip install 'sweeps[EXTRA]')
+    dataset: tuple[str, str] | None = None  # (name, digest) of the data it trains on: the models' metrics name it
 
     @property
     def epochs(self) -> int | None:

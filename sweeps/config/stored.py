@@ -39,6 +39,7 @@ class StoredTrainable:
     builder: str | None = None
     load_model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    dataset: tuple[str, str] | None = None  # (name, digest) it declared: its models' metrics name it
 
     @property
     def epochs(self) -> int | None:
@@ -122,9 +123,11 @@ def _trainable(r: Reader) -> StoredTrainable:
     def text(key: str) -> str | None:
         return r.get("trainable", key, "str", default=None)
 
+    data = r.get("trainable", "dataset", "map", default=None) or {}
+    dataset = (str(data["name"]), str(data["digest"])) if {"name", "digest"} <= set(data) else None
     return StoredTrainable(name=text("name"), loop=text("loop"), builder=text("builder"),
                            load_model=text("load_model"),
-                           params=dict(r.get("trainable", "params", "map", default={}) or {}))
+                           params=dict(r.get("trainable", "params", "map", default={}) or {}), dataset=dataset)
 
 
 def _old_resources(r: Reader) -> tuple[float, float]:

@@ -175,16 +175,11 @@ class Scaffold:
 
 
 def code_home(root: Path, name: str) -> tuple[Path, str]:
-    """Where a new trainable's module goes and its dotted name: ``trainables/NAME.py`` in a clone of this repo
-    (its ``trainables`` package is the one Python imports), else ``NAME.py`` in the project folder."""
+    """Where a new trainable's module goes and its dotted name: ``trainables/NAME.py`` in a checkout of this
+    repo (``sweeps/`` and ``trainables/`` side by side: its ``trainables`` package is the one Python imports
+    there), else ``NAME.py`` in the project folder."""
     package = root / "trainables"
-    try:
-        import trainables
-
-        clone = (package / "__init__.py").is_file() and Path(trainables.__file__).resolve().parent == package.resolve()
-    except ImportError:
-        clone = False
-    if clone:
+    if (package / "__init__.py").is_file() and (root / "sweeps" / "__init__.py").is_file():
         return package / f"{name}.py", f"trainables.{name}"
     return root / f"{name}.py", name
 

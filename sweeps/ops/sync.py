@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from sweeps import store
+from sweeps.config import stored
 from sweeps.ops.heartbeat import refuse_if_live
 from sweeps.reports.results import TrialRecord, load_records
 from sweeps.tracking import client as mc
@@ -56,7 +57,7 @@ def _model(c: Any, rec: store.SweepRecord, run_id: str, trial: TrialRecord) -> i
     status = "failed" if trial.status == "ERROR" else "early-stopped" if trial.early_stopped else "completed"
     try:
         models.upsert(c, rec.mlflow_experiment_id, run_id, rec.sweep_id, trial.trial_id, trial.best_checkpoint,
-                      best, trial.params, status)
+                      best, trial.params, status, dataset=stored.of(rec).trainable.dataset)
     except Exception as exc:  # noqa: BLE001 - one trial's model; the others and the runs go on
         log.warning("sync: no model for trial %s (%s)", trial.trial_id, exc)
         return 0

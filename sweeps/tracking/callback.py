@@ -54,7 +54,8 @@ class _Tracker(Endings):
     def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, sweep_id: str, metric: str,
                  mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
                  log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = (),
-                 confirm: bool = False, storage_path: str = "") -> None:
+                 confirm: bool = False, storage_path: str = "",
+                 dataset: tuple[str, str] | None = None) -> None:
         self.secrets = set(secrets) | redaction.known()
         self.uri = redaction.public_uri(uri)  # the password (if any) stays in this process's memory only
         self.experiment_id = experiment_id
@@ -78,6 +79,7 @@ class _Tracker(Endings):
         self.failed_sends = 0
         self._client: Any = None
         self.storage_path = storage_path  # the trials' folders are on its filesystem
+        self.dataset = dataset  # (name, digest) the trainable declares: its models' metrics name it
         self.book = CheckpointBook(metric, mode)  # every checkpoint each trial reported (its best: the tag)
         self.noted: dict[str, dict[str, str]] = {}  # trial id -> tags its run gets when it ends (an operator's stop)
 

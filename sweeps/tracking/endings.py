@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 class Endings:
     """The tracker's endings; the tracker gives it ``client``, ``timer``, ``runs``, ``opened``, ``buffers``,
-    ``finals``, ``book``, ``flush`` and ``_run_for``."""
+    ``finals``, ``book``, ``dataset``, ``flush`` and ``_run_for``."""
 
     client: Any
     timer: Any
@@ -37,6 +37,7 @@ class Endings:
     log_checkpoints: bool
     drain_s: float
     storage_fs: Any
+    dataset: tuple[str, str] | None
 
     def flush(self, force: bool = False) -> bool:
         raise NotImplementedError
@@ -116,7 +117,8 @@ class Endings:
         kind = "failed" if status == "FAILED" else "early-stopped" if early else "completed"
         params = {k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")}
         model_id = models.upsert(self.client, self.experiment_id, run_id, self.sweep_id, trial.trial_id, where,
-                                 result, params, kind, donor=tags.get(models.TAG_DONOR))
+                                 result, params, kind, donor=tags.get(models.TAG_DONOR),
+                                 dataset=self.dataset)
         tags["best_model"] = f"models:/{model_id}"
 
     def drain(self, timeout_s: float = 120.0) -> bool:

@@ -1,6 +1,6 @@
 """Each trial's best checkpoint as an MLflow 3 LoggedModel: the experiment's Models tab is the sweep's leaderboard.
 
-A trial's model is named ``<sweep>/<trial>``, its source run is the trial's child run, its parameters are the
+A trial's model is named ``<sweep>-<trial>``, its source run is the trial's child run, its parameters are the
 trial's, its metrics are those of the best checkpoint's report (logged on the run with the model's id, at that
 step), and its tags say the sweep, the trial, how the trial ended, its rank in the report and, for PBT, the
 donor it was cloned from. Its artifacts are the checkpoint's files, stored once (no copy beside the run). A
@@ -77,10 +77,12 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, float]:
 
 
 def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id: str, checkpoint: str,
-           result: Mapping[str, Any], params: Mapping[str, Any], status: str, donor: str | None = None) -> str:
+           result: Mapping[str, Any], params: Mapping[str, Any], status: str, donor: str | None = None,
+           dataset: tuple[str, str] | None = None) -> str:
     """The trial's model for its best ``checkpoint`` (made, or brought up to date); its id.
 
-    ``status``: ``completed``, ``early-stopped`` or ``failed`` (a failed trial's model is FAILED)."""
+    ``status``: ``completed``, ``early-stopped`` or ``failed`` (a failed trial's model is FAILED); ``dataset``:
+    the (name, digest) the trainable declares, which its metrics are linked to."""
     from mlflow.entities import Metric
 
     model = find(client, experiment_id, sweep_id, trial_id)
@@ -97,7 +99,9 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
     step = int(result.get("training_iteration", 0) or 0)
     # the report's own time: the run's latest value stays its last report's, the model's is its best one's
     when = int(float(result.get("timestamp") or time.time()) * 1000)
-    metrics = [Metric(k, v, when, step, model_id=model.model_id) for k, v in metrics_of(result).items()]
+    name, digest = dataset or (None, None)
+    metrics = [Metric(k, v, when, step, model_id=model.model_id, dataset_name=name, dataset_digest=digest)
+               for k, v in metrics_of(result).items()]
     for i in range(0, len(metrics), 900):
         client.log_batch(run_id, metrics=metrics[i:i + 900])
     client.finalize_logged_model(model.model_id, "FAILED" if status == "failed" else "READY")

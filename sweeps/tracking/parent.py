@@ -151,5 +151,5 @@ def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> An
         sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
         fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
         log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
-        secrets=secrets, confirm=confirm, storage_path=spec.storage_path,
+        secrets=secrets, confirm=confirm, storage_path=spec.storage_path, dataset=spec.trainable.dataset,
     )

@@ -30,6 +30,7 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     params = r.get("trainable", "params", "map", default={}) or {}
     requires = tuple(map(str, r.get("trainable", "requires", "list", default=[]) or []))
     extra = r.get("trainable", "extra", "str", default=None)
+    dataset = _dataset(r, r.get("trainable", "dataset", "map", default=None))
     r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
     if isinstance(workers, int) and workers < 1:
         r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
@@ -45,8 +46,22 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
         name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
         checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
-        requires=requires, extra=extra,
+        requires=requires, extra=extra, dataset=dataset,
     )
+
+
+def _dataset(r: Reader, node: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """``trainable.dataset: {name: ..., digest: ...}``: the data the trainable trains on, as MLflow names a
+    dataset (the models' metrics are linked to it); both keys, short strings."""
+    if node is None:
+        return None
+    name, digest = node.get("name"), node.get("digest")
+    bad = sorted(set(node) - {"name", "digest"})
+    if bad or not all(isinstance(v, str) and 0 < len(v) <= 500 for v in (name, digest)):
+        r.errors.append(f"trainable.dataset: got {dict(node)!r}; give both name and digest as non-empty strings "
+                        "(e.g. {name: sklearn-digits, digest: f6d9e39f})")
+        return None
+    return str(name), str(digest)
 
 
 def requirement_errors(name: str, requires: Sequence[str], extra: str | None) -> list[str]:

@@ -175,35 +175,3 @@ def ledger_callback(ledger: Ledger, save: Any = None) -> Any:
                 save(ledger.record())
 
     return HoursLedger()
-
-
-def gated(search_alg: Any, ledger: Ledger) -> Any:
-    """The search algorithm, starting a trial only while the budget admits one more (then it finishes)."""
-    from ray.tune.search import ConcurrencyLimiter, Searcher
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    from sweeps.execution.tuning.wrappers import gated_variants, is_gated
-
-    def budget(live: set[str]) -> str:
-        if ledger.admits_next():
-            return "go"
-        return "wait" if live - ledger.ended else "done"  # nothing runs and nothing more fits: the sweep is done
-
-    def waits(trial: Any) -> None:
-        ledger.waiting += 1  # until Tune's next step counts the waiting trials again
-
-    if not is_gated(search_alg) and isinstance(search_alg, BasicVariantGenerator):
-        search_alg = gated_variants(search_alg, [])
-    if is_gated(search_alg):
-        search_alg.gates.append(budget)
-        search_alg.started.append(waits)
-        return search_alg
-
-    class BudgetLimiter(ConcurrencyLimiter):  # type: ignore[misc]
-        def suggest(self, trial_id: str) -> Any:
-            if ledger.admits_next():
-                ledger.waiting += 1  # until Tune's next step counts the waiting trials again
-                return super().suggest(trial_id)
-            return None if self.live_trials - ledger.ended else Searcher.FINISHED
-
-    return BudgetLimiter(search_alg, max_concurrent=10**6)

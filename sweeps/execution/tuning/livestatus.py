@@ -49,110 +49,119 @@ def callback(name: str, sweep_id: str, experiment_dir: str, per_trial: dict[str,
     """The run ``name``'s live-record callback."""
     from ray.tune import Callback
 
-    class LiveRecord(Callback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.written_at = self.polled_at = 0.0
-            self.started = time.time()
-            self.trials: list[Any] = []  # as of Tune's last step
+    class LiveRecord(_LiveRecord, Callback):  # type: ignore[misc]
+        pass
 
-        def tick(self) -> None:
-            """Between Tune's steps (its loop waiting for a trial): read the requests, keep the status fresh."""
-            self.on_step_begin(-1, self.trials)
+    return LiveRecord(name, sweep_id, experiment_dir, per_trial, progress, total)
 
-        def state(self, c: control.Control) -> str:
-            return "stopping" if c.stopping else "paused" if c.paused else "running"
 
-        def status(self, trials: list[Any], state: str | None = None) -> dict[str, Any]:
-            c, live_session = control.control_of(name), session.session(name)
-            me, watch, best = lease.me(), live_session.watch, progress.best
-            return {
-                "sweep_id": sweep_id, "run": c.run, "state": state or self.state(c), "updated": time.time(),
-                "driver": {"host": me.host, "pid": me.pid, "started": self.started, "launched_by": launched_by(),
-                           "lease_expires": lease.expiry()},
-                "trials": {**counts(trials, progress.epochs), "planned": total},
-                "metric": progress.metric, "mode": progress.mode,
-                "best": {"value": best[0], "trial_id": best[1], "params": best[2]} if best else None,
-                "elapsed_s": time.time() - progress.start, "left": progress.left_text(),
-                "held": held(trials, per_trial),
-                "last_progress": getattr(watch, "last_progress", None),
-                "paused": c.paused, "stopping": c.stopping, "trial_stops": c.trial_stops,
-            }
+class _LiveRecord:
+    """The callback's body: status written every few seconds, requests read and answered."""
 
-        def write(self, trials: list[Any], state: str | None = None) -> None:
-            try:
-                live.write_status(experiment_dir, self.status(trials, state))
-            except Exception as exc:  # the record is for operators: a failed write is retried, never fatal
-                log.debug("could not write the sweep's status (%s)", exc)
+    def __init__(self, name: str, sweep_id: str, experiment_dir: str, per_trial: dict[str, float], progress: Any,
+                 total: int | None) -> None:
+        self.name, self.sweep_id, self.experiment_dir, self.per_trial = name, sweep_id, experiment_dir, per_trial
+        self.progress, self.total = progress, total
+        self.written_at = self.polled_at = 0.0
+        self.started = time.time()
+        self.trials: list[Any] = []  # as of Tune's last step
 
-        def poll(self, trials: list[Any]) -> None:
-            c = control.control_of(name)
-            try:
-                pending = [r for r in live.requests(experiment_dir) if r["id"] not in c.handled]
-                done = live.answered(experiment_dir) if pending else set()
-            except Exception as exc:  # storage unreachable for a moment: the next poll tries again
-                log.debug("could not read control requests (%s)", exc)
-                return
-            for request in pending:
-                c.handled.add(request["id"])
-                if request["id"] in done:
-                    continue  # answered by an earlier run of the sweep: never applied twice
-                state, why = control.apply(c, request, trials)
-                live.answer(experiment_dir, request["id"], state, why)
-                stop = c.trial_stops.get(str(request.get("trial_id"))) if state == "accepted" else None
-                tracker: Any = session.session(name).callbacks.get("given0")
-                if stop and tracker is not None and hasattr(tracker, "note_tags"):
-                    tracker.note_tags(str(request["trial_id"]), {"sweeps.stopped_by": stop["by"],
-                                                                 "sweeps.stopped_at": f"{stop['at']:.0f}"})
-                (log.warning if state == "refused" else log.info)(
-                    "%s from %s: %s (%s)", request.get("verb"), (request.get("sender") or {}).get("user"), state, why)
-                self.written_at = 0.0  # say so in the status at once
+    def tick(self) -> None:
+        """Between Tune's steps (its loop waiting for a trial): read the requests, keep the status fresh."""
+        self.on_step_begin(-1, self.trials)
 
-        def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-            now = time.time()
-            self.trials = trials
-            if now - self.polled_at >= control.EVERY_S:
-                self.polled_at = now
-                self.poll(trials)
-            c = control.control_of(name)
-            watch = session.session(name).watch
-            if c.paused and watch is not None and not any(t.status == "RUNNING" for t in trials):
-                watch.last_progress = now  # a pause is not a stall
-            if c.stopping and (c.stopping["now"] or not set(c.stopping["waiting"]) & _running(trials)):
-                self.stop(c, trials)
-            if now - self.written_at >= control.EVERY_S:
-                self.written_at = now
-                self.write(trials)
+    def state(self, c: control.Control) -> str:
+        return "stopping" if c.stopping else "paused" if c.paused else "running"
 
-        def stop(self, c: control.Control, trials: list[Any]) -> None:
-            if c.stopping.get("applied"):  # type: ignore[union-attr]
-                return
-            c.stopping["applied"] = time.time()  # type: ignore[index]
-            live.answer(experiment_dir, c.stopping["request"], "applied", "the sweep stops now, resumably")  # type: ignore[index]
-            self.write(trials, "stopping")
-            control.stop_now()
+    def status(self, trials: list[Any], state: str | None = None) -> dict[str, Any]:
+        c, live_session = control.control_of(self.name), session.session(self.name)
+        me, watch, best = lease.me(), live_session.watch, self.progress.best
+        return {
+            "sweep_id": self.sweep_id, "run": c.run, "state": state or self.state(c), "updated": time.time(),
+            "driver": {"host": me.host, "pid": me.pid, "started": self.started, "launched_by": launched_by(),
+                       "lease_expires": lease.expiry()},
+            "trials": {**counts(trials, self.progress.epochs), "planned": self.total},
+            "metric": self.progress.metric, "mode": self.progress.mode,
+            "best": {"value": best[0], "trial_id": best[1], "params": best[2]} if best else None,
+            "elapsed_s": time.time() - self.progress.start, "left": self.progress.left_text(),
+            "held": held(trials, self.per_trial),
+            "last_progress": getattr(watch, "last_progress", None),
+            "paused": c.paused, "stopping": c.stopping, "trial_stops": c.trial_stops,
+        }
 
-        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
-                            **info: Any) -> None:
-            c = control.control_of(name)
-            if c.stopping and trial.trial_id in c.stopping["waiting"]:
-                c.stopping["waiting"].remove(trial.trial_id)  # it reported, with its checkpoint
+    def write(self, trials: list[Any], state: str | None = None) -> None:
+        try:
+            live.write_status(self.experiment_dir, self.status(trials, state))
+        except Exception as exc:  # the record is for operators: a failed write is retried, never fatal
+            log.debug("could not write the sweep's status (%s)", exc)
 
-        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            c = control.control_of(name)
-            stop = c.trial_stops.get(trial.trial_id)
-            if stop and not stop.get("applied"):
-                stop["applied"] = time.time()
-                live.answer(experiment_dir, stop["request"], "applied", f"trial {trial.trial_id} stopped")
-            if c.stopping and trial.trial_id in c.stopping["waiting"]:
-                c.stopping["waiting"].remove(trial.trial_id)
+    def poll(self, trials: list[Any]) -> None:
+        c = control.control_of(self.name)
+        try:
+            pending = [r for r in live.requests(self.experiment_dir) if r["id"] not in c.handled]
+            done = live.answered(self.experiment_dir) if pending else set()
+        except Exception as exc:  # storage unreachable for a moment: the next poll tries again
+            log.debug("could not read control requests (%s)", exc)
+            return
+        for request in pending:
+            c.handled.add(request["id"])
+            if request["id"] in done:
+                continue  # answered by an earlier run of the sweep: never applied twice
+            state, why = control.apply(c, request, trials)
+            live.answer(self.experiment_dir, request["id"], state, why)
+            stop = c.trial_stops.get(str(request.get("trial_id"))) if state == "accepted" else None
+            tracker: Any = session.session(self.name).callbacks.get("given0")
+            if stop and tracker is not None and hasattr(tracker, "note_tags"):
+                tracker.note_tags(str(request["trial_id"]), {"sweeps.stopped_by": stop["by"],
+                                                             "sweeps.stopped_at": f"{stop['at']:.0f}"})
+            (log.warning if state == "refused" else log.info)(
+                "%s from %s: %s (%s)", request.get("verb"), (request.get("sender") or {}).get("user"), state, why)
+            self.written_at = 0.0  # say so in the status at once
 
-        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            self.on_trial_complete(iteration, trials, trial)
-
-        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        now = time.time()
+        self.trials = trials
+        if now - self.polled_at >= control.EVERY_S:
+            self.polled_at = now
+            self.poll(trials)
+        c = control.control_of(self.name)
+        watch = session.session(self.name).watch
+        if c.paused and watch is not None and not any(t.status == "RUNNING" for t in trials):
+            watch.last_progress = now  # a pause is not a stall
+        if c.stopping and (c.stopping["now"] or not set(c.stopping["waiting"]) & _running(trials)):
+            self.stop(c, trials)
+        if now - self.written_at >= control.EVERY_S:
+            self.written_at = now
             self.write(trials)
 
-    return LiveRecord()
+    def stop(self, c: control.Control, trials: list[Any]) -> None:
+        if c.stopping.get("applied"):  # type: ignore[union-attr]
+            return
+        c.stopping["applied"] = time.time()  # type: ignore[index]
+        live.answer(self.experiment_dir, c.stopping["request"], "applied", "the sweep stops now, resumably")  # type: ignore[index]
+        self.write(trials, "stopping")
+        control.stop_now()
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        c = control.control_of(self.name)
+        if c.stopping and trial.trial_id in c.stopping["waiting"]:
+            c.stopping["waiting"].remove(trial.trial_id)  # it reported, with its checkpoint
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        c = control.control_of(self.name)
+        stop = c.trial_stops.get(trial.trial_id)
+        if stop and not stop.get("applied"):
+            stop["applied"] = time.time()
+            live.answer(self.experiment_dir, stop["request"], "applied", f"trial {trial.trial_id} stopped")
+        if c.stopping and trial.trial_id in c.stopping["waiting"]:
+            c.stopping["waiting"].remove(trial.trial_id)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.on_trial_complete(iteration, trials, trial)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.write(trials)
 
 
 def _running(trials: list[Any]) -> set[str]:

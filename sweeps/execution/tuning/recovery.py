@@ -103,6 +103,8 @@ def _repair_tuner(experiment_dir: str) -> list[str]:
     if _readable(location, _loads_pickle):
         return []
     if not uris.exists(copy) or not _readable(copy, _loads_pickle):
+        if not uris.exists(location):
+            return []  # never written (the sweep stopped before Tune saved anything): the caller says so
         raise BadInput(f"SWEEP_ID: {location} is damaged and no good copy was kept; the trials so far are in "
                        f"storage: `python -m sweeps sync SWEEP_ID` records them in MLflow, and `python -m sweeps "
                        f"extend SWEEP_ID --more-trials N` (once synced) or a new run continues the search")

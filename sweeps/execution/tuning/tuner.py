@@ -13,9 +13,9 @@ from sweeps.execution.tuning import control, firstreport, recovery, session
 from sweeps.execution.tuning.budget import Budget
 from sweeps.execution.tuning.callbacks import register, train_dir
 from sweeps.execution.tuning.concurrency import Capacity, Fixed, capacity_gate, make_elastic
-from sweeps.execution.tuning.hours import Ledger, gated
+from sweeps.execution.tuning.hours import Ledger
 from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
-from sweeps.execution.tuning.wrappers import sweep_scheduler
+from sweeps.execution.tuning.wrappers import budget_gated, sweep_scheduler
 from sweeps.execution.warmstart import warm
 
 
@@ -112,7 +112,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     scheduler = sweep_scheduler(build_scheduler(spec), [*starts, control.start_gate(name)],
                                 control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
-        search_alg = gated(search_alg, live.ledger)
+        search_alg = budget_gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
     tune_config = tune.TuneConfig(
         metric=None if multi else spec.sweep.metric,

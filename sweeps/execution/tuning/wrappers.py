@@ -99,67 +99,107 @@ def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
     scheduler of the run ``name``'s session (again when a resume unpickles it)."""
     from ray.tune.schedulers import TrialScheduler
 
-    from sweeps.execution.tuning import session
-
-    class SweepScheduler(TrialScheduler):  # type: ignore[misc]
+    class SweepScheduler(_Delegating, TrialScheduler):  # type: ignore[misc]
         """Delegates every decision to Ray's scheduler, except starting a trial while a gate says no, and
         letting a trial an operator stopped go on."""
 
-        def __init__(self) -> None:
-            self.inner, self.starts = inner, list(starts or [])
-            self.stops, self.name = stops, name
-            self.register()
-
-        def register(self) -> None:
-            if self.name:
-                session.session(self.name).extras["scheduler"] = self
-
-        def __setstate__(self, state: dict[str, Any]) -> None:
-            vars(self).update(state)
-            self.register()  # a resumed run's session: its state callback finds this scheduler
-
-        @property
-        def metric(self) -> Any:
-            return self.inner.metric
-
-        @property
-        def supports_buffered_results(self) -> bool:
-            return bool(self.inner.supports_buffered_results)
-
-        def set_search_properties(self, metric: Any, mode: Any, **spec: Any) -> bool:
-            return bool(self.inner.set_search_properties(metric, mode, **spec))
-
-        def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
-            self.inner.on_trial_add(tune_controller, trial)
-
-        def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
-            self.inner.on_trial_error(tune_controller, trial)
-
-        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-            decision = self.inner.on_trial_result(tune_controller, trial, result)
-            if self.stops is not None and self.stops(trial.trial_id):
-                return str(TrialScheduler.STOP)
-            return str(decision)
-
-        def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
-            self.inner.on_trial_complete(tune_controller, trial, result)
-
-        def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
-            self.inner.on_trial_remove(tune_controller, trial)
-
-        def choose_trial_to_run(self, tune_controller: Any) -> Any:
-            if not all(gate(tune_controller) for gate in self.starts):
-                return None
-            return self.inner.choose_trial_to_run(tune_controller)
-
-        def debug_string(self) -> str:
-            return str(self.inner.debug_string())
-
-        def save(self, checkpoint_path: str) -> None:
-            self.inner.save(checkpoint_path)
-
-        def restore(self, checkpoint_path: str) -> None:
-            self.inner.restore(checkpoint_path)
+        STOP = TrialScheduler.STOP
 
     SweepScheduler.__name__ = SweepScheduler.__qualname__ = type(inner).__name__  # what Tune's box names
-    return SweepScheduler()
+    return SweepScheduler(inner, starts, stops, name)
+
+
+class _Delegating:
+    """The body of :func:`sweep_scheduler`'s scheduler."""
+
+    STOP: str
+
+    def __init__(self, inner: Any, starts: list[StartGate] | None, stops: Callable[[str], bool] | None,
+                 name: str) -> None:
+        self.inner, self.starts = inner, list(starts or [])
+        self.stops, self.name = stops, name
+        self.register()
+
+    def register(self) -> None:
+        from sweeps.execution.tuning import session
+
+        if self.name:
+            session.session(self.name).extras["scheduler"] = self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self.register()  # a resumed run's session: its state callback finds this scheduler
+
+    @property
+    def metric(self) -> Any:
+        return self.inner.metric
+
+    @property
+    def supports_buffered_results(self) -> bool:
+        return bool(self.inner.supports_buffered_results)
+
+    def set_search_properties(self, metric: Any, mode: Any, **spec: Any) -> bool:
+        return bool(self.inner.set_search_properties(metric, mode, **spec))
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        decision = self.inner.on_trial_result(tune_controller, trial, result)
+        if self.stops is not None and self.stops(trial.trial_id):
+            return str(self.STOP)
+        return str(decision)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        self.inner.on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        if not all(gate(tune_controller) for gate in self.starts):
+            return None
+        return self.inner.choose_trial_to_run(tune_controller)
+
+    def debug_string(self) -> str:
+        return str(self.inner.debug_string())
+
+    def save(self, checkpoint_path: str) -> None:
+        self.inner.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.inner.restore(checkpoint_path)
+
+
+def budget_gated(search_alg: Any, ledger: Any) -> Any:
+    """The search algorithm, starting a trial only while the hours budget (``ledger``, a
+    :class:`sweeps.execution.tuning.hours.Ledger`) admits one more (then it finishes)."""
+    from ray.tune.search import ConcurrencyLimiter, Searcher
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    def budget(live: set[str]) -> str:
+        if ledger.admits_next():
+            return "go"
+        return "wait" if live - ledger.ended else "done"  # nothing runs and nothing more fits: the sweep is done
+
+    def waits(trial: Any) -> None:
+        ledger.waiting += 1  # until Tune's next step counts the waiting trials again
+
+    if not is_gated(search_alg) and isinstance(search_alg, BasicVariantGenerator):
+        search_alg = gated_variants(search_alg, [])
+    if is_gated(search_alg):
+        search_alg.gates.append(budget)
+        search_alg.started.append(waits)
+        return search_alg
+
+    class BudgetLimiter(ConcurrencyLimiter):  # type: ignore[misc]
+        def suggest(self, trial_id: str) -> Any:
+            if ledger.admits_next():
+                ledger.waiting += 1  # until Tune's next step counts the waiting trials again
+                return super().suggest(trial_id)
+            return None if self.live_trials - ledger.ended else Searcher.FINISHED
+
+    return BudgetLimiter(search_alg, max_concurrent=10**6)
