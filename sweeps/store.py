@@ -60,6 +60,7 @@ class SweepRecord:
     driver_proc: str = ""  # where driver_pid means something (sweeps.lease.Holder.proc)
     per_trial: dict[str, float] = field(default_factory=dict)  # what one trial holds (execution.plan.per_trial)
     listeners: str = ""  # where the sweep's processes listen (execution.loopback.listeners): a line of the report
+    driver_peak_rss_mb: float | None = None  # the driver process's peak resident memory (its OS's figure)
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""

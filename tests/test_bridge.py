@@ -14,13 +14,24 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from sweeps.execution.train import bridge
+from sweeps.execution.train import bridge, startup
 from sweeps.execution.tuning import keeper
 from sweeps.trials import CheckpointBook
 
 
 def _controller_side(channel: bridge.Channel, token: bytes | None = None):  # noqa: ANN202
     return bridge.bridge_callback(channel.address, token or channel.token, driver_node=None)  # no Ray here
+
+
+def _first(item: tuple | None, controller_up: float | None = None) -> tuple:
+    """A connection's first report, its start-up point taken out: it says when the controller came up (the
+    callback's unpickling in the controller's actor, ``controller_up``, when it was unpickled)."""
+    assert item is not None
+    metrics, ckpt = item
+    points = metrics.pop(startup.KEY)
+    assert isinstance(points["controller"], float)
+    assert controller_up is None or points["controller"] == controller_up
+    return metrics, ckpt
 
 
 def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> None:
@@ -36,7 +47,7 @@ def test_report_waits_for_the_drivers_ack_and_the_seed_report_is_dropped() -> No
     t = threading.Thread(target=controller)
     t.start()
     try:
-        assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
+        assert _first(channel.receive(timeout=30)) == ({"epoch": 1}, "ckpt-1")
         assert not done.wait(timeout=0.5), "the controller went on before Tune had taken the report"
         assert t.is_alive()
         channel.ack()
@@ -87,7 +98,7 @@ def test_the_callback_pickles_without_its_socket() -> None:
     try:
         cb = _controller_side(channel)
         t = _report(cb, {"epoch": 1}, "ckpt-1")
-        assert channel.receive(timeout=30) == ({"epoch": 1}, "ckpt-1")
+        assert _first(channel.receive(timeout=30)) == ({"epoch": 1}, "ckpt-1")
         channel.ack()
         t.join(timeout=10)
         assert not t.is_alive() and cb._sock is not None, "the first report opened the socket"
@@ -96,7 +107,8 @@ def test_the_callback_pickles_without_its_socket() -> None:
         cb._sock.close()  # the first controller ends: its connection closes
         assert channel.receive(timeout=10) is None
         t = _report(clone, {"epoch": 2}, "ckpt-2")
-        assert channel.receive(timeout=30) == ({"epoch": 2}, "ckpt-2"), "the copy connects and proves itself"
+        second = channel.receive(timeout=30)
+        assert _first(second, clone.up) == ({"epoch": 2}, "ckpt-2"), "the copy connects and proves itself"
         channel.ack()
         t.join(timeout=10)
         assert not t.is_alive(), "the copy got its ack"

@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, wait_for
+from conftest import SweepsEnv, trial_dirs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def _reported(env: SweepsEnv) -> int:
     if not found:
         return 0
     dirs = json.loads(found[0].read_text())["experiment_dirs"]
-    return sum(len(_rows(d)) for d in Path(dirs[0]).iterdir() if d.is_dir()) if Path(dirs[0]).is_dir() else 0
+    return sum(len(_rows(d)) for d in trial_dirs(dirs[0]))
 
 
 def _logged_train_s(folder: Path) -> tuple[float, float]:
@@ -90,7 +90,7 @@ def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tun
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         rec = _index(env)
         assert rec["status"] == "finished", rec["status"]
-        trials = {d.name: _rows(d) for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()}
+        trials = {d.name: _rows(d) for d in trial_dirs(rec["experiment_dirs"][0])}
         assert len(trials) == 4 and all(trials.values())
         # resume continuity: the loop's epoch follows Tune's iteration in every row (never back to 0)
         for name, rows in trials.items():

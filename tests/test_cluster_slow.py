@@ -350,7 +350,7 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
                         extra_env={**parts.driver_env(), **user}, timeout=900), "sweep of a single-file loop")
     rec = record(env)
     assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
-    assert "lean off (ray 2.61.0 is not a version it was checked against" in out, "the public path"
+    assert "lean off (lean_trainer: ray 2.61.0 is not a version it was checked against" in out, "the public path"
     assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
     assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"
     rows = all_rows(env)

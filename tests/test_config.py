@@ -77,6 +77,14 @@ def test_dry_run_grid_counts_grid_points(capsys: pytest.CaptureFixture[str]) -> 
     assert "total trials   : 12" in capsys.readouterr().out  # 3 lr x 2 hidden x 2 repeats
 
 
+def test_dry_run_takes_a_mapping_override_as_a_run_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """`key={...}` replaces an empty mapping of the config (the run's composition does it); the dry run's
+    config-files listing composes the same way (it once failed with Hydra's 'Key GPU is not in struct')."""
+    argv = ["run", "+experiment=quickstart", "cluster.num_gpus=1", "cluster.driver_resources={GPU: 1}", "--dry-run"]
+    assert cli_main.main(argv) == 0
+    assert "cluster: local <- " in capsys.readouterr().out
+
+
 # (overrides, the text the message must contain)
 BAD = [
     (["+experiment=nope"], "experiment: unknown option 'nope'; available experiment options: "),

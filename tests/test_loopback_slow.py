@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client, wait_for
+from conftest import SweepsEnv, mlflow_client, trial_dirs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +111,7 @@ def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
         assert rec["listeners"].startswith("loopback only ("), rec["listeners"]
         tags = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
         assert tags["sweeps.listeners"] == rec["listeners"]
-        (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
+        (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
         first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
         assert first["sys/placement"] == "SPREAD", "the workers' group has the configured strategy"
         host, port = first["sys/rendezvous"].rsplit(":", 1)

@@ -98,6 +98,9 @@ print(type(stopped).__name__, isinstance(stopped, sweeps.SweepInterrupted), stop
       stopped.result.exit_code, stopped.result.sweep_id)
 print("sigint handler is Python's default:", signal.getsignal(signal.SIGINT) is signal.default_int_handler)"""
 
+STOPPED = """again = sweeps.resume(stopped.result.sweep_id)  # `sweeps stop` from a shell ends it: returned, not raised
+print(type(again).__name__, again.status, again.exit_code, again.record.stop_reason)"""
+
 RESUMED = """resumed = sweeps.resume(stopped.result.sweep_id)
 c = resumed.record.counts
 print(resumed.status, resumed.exit_code, c["total"], c["unfinished"], *sorted(set(resumed.trials["status"])))"""
@@ -110,11 +113,12 @@ def _reported(home: Path) -> bool:
 
 
 def test_a_kernel_interrupt_stops_the_sweep_cleanly_and_it_resumes(sweeps_env: Any) -> None:
-    """A kernel interrupt mid-sweep raises SweepInterrupted after a clean stop; sweeps.resume finishes it.
-    Why its own sweep: it must be interrupted, which the notebook's own sweep must not be."""
+    """A kernel interrupt mid-sweep raises SweepInterrupted after a clean stop; resumed, `sweeps stop` from a
+    shell ends it again and the cell gets a SweepResult (status interrupted, no exception); sweeps.resume
+    finishes it. Why its own sweep: it must be interrupted, which the notebook's own sweep must not be."""
     import nbformat
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(INTERRUPTED), nbformat.v4.new_code_cell(RESUMED)])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (INTERRUPTED, STOPPED, RESUMED)])
     client = _client(nb, sweeps_env.root)
     failures: list[BaseException] = []
 
@@ -139,5 +143,23 @@ def test_a_kernel_interrupt_stops_the_sweep_cleanly_and_it_resumes(sweeps_env: A
         assert rec["status"] == "interrupted" and rec["lease_expires"] is None
         runs = mlflow_client(sweeps_env.tracking_uri).search_runs([rec["mlflow_experiment_id"]])
         assert runs and {r.info.status for r in runs} <= {"KILLED", "FINISHED"}, [r.info.status for r in runs]
+        stopper = threading.Thread(target=_stop_when_running, args=(sweeps_env, sweep_id, failures))
+        stopper.start()
         client.execute_cell(nb.cells[1], 1)
-    assert _stdout(nb.cells[1]).split() == ["finished", "0", "2", "0", "TERMINATED"], _stdout(nb.cells[1])
+        stopper.join()
+        assert not failures, failures
+        assert _stdout(nb.cells[1]).split() == ["SweepResult", "interrupted", "130", "stopped"], _stdout(nb.cells[1])
+        client.execute_cell(nb.cells[2], 2)
+    assert _stdout(nb.cells[2]).split() == ["finished", "0", "2", "0", "TERMINATED"], _stdout(nb.cells[2])
+
+
+def _stop_when_running(env: Any, sweep_id: str, failures: list[BaseException]) -> None:
+    """`sweeps stop` from another process once the resumed run is live (it refuses a sweep not running)."""
+    try:
+        def stopped() -> bool:
+            rec = json.loads((env.home / "sweeps" / f"{sweep_id}.json").read_text())
+            return rec["status"] == "running" and env.run("stop", sweep_id, timeout=120).returncode == 0
+
+        wait_for(stopped, 600, interval=1.0, what="`sweeps stop` accepted by the resumed sweep")
+    except BaseException as exc:  # noqa: BLE001 - reported to the test's thread
+        failures.append(exc)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SLOW_EPOCHS, SweepsEnv, mlflow_client, wait_for
+from conftest import SLOW_EPOCHS, SweepsEnv, mlflow_client, trial_dirs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def _trial_rows(env: SweepsEnv) -> list[list[dict]] | None:
     exp = Path(rec["experiment_dirs"][-1])
     if not list(exp.glob("experiment_state-*.json")):
         return None
-    return [_rows(d) for d in exp.iterdir() if d.is_dir()]
+    return [_rows(d) for d in trial_dirs(exp)]
 
 
 def _progress(env: SweepsEnv, min_rows: int) -> bool:
@@ -171,7 +171,7 @@ def _assert_histories_match_results(env: SweepsEnv, rec: dict) -> None:
     c = mlflow_client(env.tracking_uri)
     runs = {r.data.tags["sweeps.trial_id"]: r for r in _children(env, rec)}
     exp = Path(rec["experiment_dirs"][-1])
-    for d in (d for d in exp.iterdir() if d.is_dir()):
+    for d in trial_dirs(exp):
         rows = _rows(d)
         if not rows:
             continue
@@ -224,7 +224,7 @@ def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=400)
         assert proc.returncode == 0, out[-4000:]
         rec = _index(env)
-        (trial_dir,) = [d for d in Path(rec["experiment_dirs"][0]).iterdir() if d.is_dir()]
+        (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
         rows = _rows(trial_dir)
         epochs_seen = [r["epoch"] for r in rows]
         assert epochs_seen[-1] == epochs, epochs_seen

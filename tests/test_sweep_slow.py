@@ -91,6 +91,40 @@ def test_asha_run_tree_in_mlflow(asha) -> None:  # noqa: ANN001
     assert len(best_child) == 1 and best_child[0].data.tags["sweeps.trial_id"] == p.tags["best_trial_id"]
 
 
+STAGES = ("pg_wait", "trial_actor", "train_controller", "worker_group", "loop_setup", "first_epoch")
+
+
+def test_every_start_is_split_into_stages_on_its_run_and_in_the_report(asha) -> None:  # noqa: ANN001
+    """Each trial's run holds its start's stages (a 2-worker torch loop passes every point), adding up to the
+    start's total; the total covers the trial's own clock to its first report (Tune's ``time_total_s``, taken
+    in the trial actor); the report's stage table is the MLflow runs' figures, and the efficiency line splits
+    the slot-seconds."""
+    import statistics
+
+    env, rec, stdout = asha
+    c = mlflow_client(env.tracking_uri)
+    children = c.search_runs([rec["mlflow_experiment_id"]], f"tags.mlflow.parentRunId = '{rec['parent_run_id']}'")
+    totals = []
+    for r in children:
+        m = r.data.metrics
+        stages = [m[f"startup/{s}_s"] for s in STAGES]
+        assert all(v >= 0 for v in stages), m
+        assert sum(stages) == pytest.approx(m["startup/total_s"], rel=0.1), m
+        first = c.get_metric_history(r.info.run_id, "startup/total_s")
+        assert [h.step for h in first] == [1], "logged once, with the start's first result"
+        totals.append(m["startup/total_s"])
+    for t in _trials(env, rec):
+        first = t.history[0]
+        assert first["startup/total_s"] >= first["time_total_s"], "the trial's own clock runs inside the start"
+    summary = (env.root / "reports" / "digits_asha" / rec["sweep_id"] / "summary.md").read_text()
+    table = summary.split("## Where the trials' seconds went", 1)[1]
+    assert "from the trials' MLflow runs" in table
+    total_row = next(line for line in table.splitlines() if line.startswith("| total |"))
+    assert total_row.split("|")[2].strip() == f"{statistics.median(totals):.4g}", (total_row, totals)
+    assert "the slot-seconds went to starting " in summary and "(starting " in stdout
+    assert "driver peak memory: " in summary
+
+
 STARTUP = {"optuna": "searcher.sampler.n_startup_trials", "hyperopt": "searcher.n_initial_points"}
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, SLOW_EPOCHS, SweepsEnv, mlflow_client, wait_for
+from conftest import FAST, SLOW_EPOCHS, SweepsEnv, mlflow_client, trial_dirs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def _rows(trial_dir: Path) -> list[dict]:
 
 
 def _trial_dirs(rec: dict) -> list[Path]:
-    return [d for exp in rec["experiment_dirs"] for d in Path(exp).iterdir() if d.is_dir()]
+    return [d for exp in rec["experiment_dirs"] for d in trial_dirs(exp)]
 
 
 def test_no_trial_succeeds_exits_1_then_retry_errored_finishes(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def _reported(env: SweepsEnv, n: int) -> bool:
         return False
     rec = json.loads(paths[0].read_text())
     exp = Path(rec["experiment_dirs"][-1])
-    return exp.is_dir() and any(len(_rows(d)) >= n for d in exp.iterdir() if d.is_dir())
+    return any(len(_rows(d)) >= n for d in trial_dirs(exp))
 
 
 EXTEND_INTERRUPTED = textwrap.dedent("""

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import FAST, SweepsEnv, mlflow_client
+from conftest import FAST, SweepsEnv, mlflow_client, trial_dirs
 from test_notify import Receiver
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
         assert len(rec["confirm_dirs"]) == 1 and len(rec["confirmed"]) == 2
         # the intervals, recomputed independently from each confirm trial's own result.json
         groups: dict[float, list[float]] = {}
-        for d in (d for d in Path(rec["confirm_dirs"][0]).iterdir() if d.is_dir()):
+        for d in trial_dirs(rec["confirm_dirs"][0]):
             rows = [json.loads(x) for x in (d / "result.json").read_text().splitlines() if x.strip()]
             groups.setdefault(rows[0]["config"]["lr"], []).append(_best(rows, "val/acc"))
         assert sorted(len(v) for v in groups.values()) == [2, 2], "2 configurations x 2 seeds ran"

@@ -39,7 +39,8 @@ def _checked_overrides(overrides: Sequence[str], problems: list[str]) -> list[st
 
 
 def _returned(result: SweepResult) -> SweepResult:
-    if result.status == "interrupted":
+    """The result; an interrupt (Ctrl-C, SIGTERM) raises, a stop an operator asked for (`sweeps stop`) returns."""
+    if result.status == "interrupted" and result.record.stop_reason != "stopped":
         raise SweepInterrupted(result)
     return result
 
@@ -54,8 +55,9 @@ def run(experiment: str | None, overrides: Sequence[str] = (), *, progress: bool
         progress: show the status line (one line updated in place in a notebook or a terminal).
 
     Returns:
-        The sweep's :class:`SweepResult`; a sweep with no successful trial, or one the stall watchdog ended,
-        returns too (``status`` and ``exit_code`` say so).
+        The sweep's :class:`SweepResult`; a sweep with no successful trial, one the stall watchdog ended, or
+        one an operator stopped (``sweeps stop`` from another shell: status ``interrupted``, resumable) returns
+        too (``status`` and ``exit_code`` say so).
 
     Raises:
         BadInput: (a ``ValueError``) every problem of the config at once, before anything starts.

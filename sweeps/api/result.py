@@ -70,8 +70,9 @@ class SweepResult:
         trials first, best first; ``param/<name>``, ``best/<metric>``, ``final/<metric>``, ``status``...)."""
         if self._trials is None:
             from sweeps.reports.write import trials_table
+            from sweeps.tracking.models import ids_for
 
-            self._trials = trials_table(self.record, self.trial_records, self.summary)
+            self._trials = trials_table(self.record, self.trial_records, self.summary, ids_for(self.record))
         return self._trials
 
     @property

@@ -116,7 +116,8 @@ def format_outcome(outcome: object) -> str:
         lines.append("  best     : none (no trial succeeded: none ended without error and with a finite "
                      f"{s.metric})")
     if s.efficiency is not None and not math.isnan(s.efficiency):
-        lines.append(f"  efficiency (T_ideal / T_observed): {s.efficiency:.2f}")
+        split = f" ({s.split_words()})" if s.split_words() else ""
+        lines.append(f"  efficiency (T_ideal / T_observed): {s.efficiency:.2f}{split}")
     lines.append(f"  results  : {rec.experiment_dir}")
     lines += _mlflow_lines(rec)
     if rec.report_dir:

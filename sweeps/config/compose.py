@@ -108,8 +108,7 @@ def sources(overrides: Sequence[str]) -> list[str]:
     """Which config folders were searched, and the file each chosen group option came from (one line each)."""
     from omegaconf import OmegaConf
 
-    compose_config(overrides)  # every check and error of a run first
-    cfg = _compose_raw(list(overrides), with_hydra=True)
+    cfg = compose_config(overrides, with_hydra=True)  # every check and error of a run first
     raw = OmegaConf.to_container(cfg.hydra.runtime.choices, resolve=False)
     choices: dict[str, Any] = {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else {}
     project = paths.project_conf()
@@ -156,8 +155,9 @@ def _explain(exc: Exception, overrides: Sequence[str]) -> BadInput:
     return BadInput(f"config composition failed: {text.splitlines()[0] if text else type(exc).__name__}")
 
 
-def compose_config(overrides: Sequence[str]) -> Any:
-    """Compose ``conf/`` with Hydra overrides; returns the (unresolved) DictConfig."""
+def compose_config(overrides: Sequence[str], with_hydra: bool = False) -> Any:
+    """Compose ``conf/`` with Hydra overrides; returns the (unresolved) DictConfig (``with_hydra``: with its
+    ``hydra`` node, which says where each group option came from)."""
     from sweeps.config import limits, trust
 
     too_big = limits.override_errors(overrides) + trust.override_errors(overrides, str(paths.conf_dir()))
@@ -170,7 +170,7 @@ def compose_config(overrides: Sequence[str]) -> Any:
     overrides = list(overrides)
     for _ in range(len(overrides) + 1):
         try:
-            return _compose_raw(overrides)
+            return _compose_raw(overrides, with_hydra)
         except Exception as exc:  # Hydra raises several unrelated exception types
             if exc.__class__.__module__.split(".")[0] not in ("hydra", "omegaconf"):
                 raise

@@ -155,6 +155,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             if stuck and interrupted:
                 reason = "stalled"
                 _tag_error(c, rec, f"stalled: {stuck}")
+            reason = reason or ("stopped" if interrupted and seen.stopped_by else None)  # `sweeps stop`
             if lacking:  # not resumable: the metric is part of the sweep's digest; the fix is a new run
                 interrupted, status, reason = False, "failed", "metric_missing"
                 _tag_error(c, rec, lacking)
@@ -240,6 +241,18 @@ def _rank_models(c: Any, rec: store.SweepRecord, summ: summary.Summary) -> None:
         log.debug("could not rank the sweep's models (%s)", exc)
 
 
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory in MiB (``getrusage``: KiB on Linux, bytes on macOS), or None."""
+    import resource
+    import sys
+
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, ValueError):
+        return None
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
                   mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
                   pareto: list[dict[str, Any]]) -> store.SweepRecord:
@@ -248,7 +261,8 @@ def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ
     if summ.best is not None:
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
-                       stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto)
+                       stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto,
+                       driver_peak_rss_mb=peak_rss_mb())
     livestatus.final(rec.experiment_dirs[-1], "stalled" if stop_reason == "stalled" else status,
                      dict(summ.counts), best)
     try:

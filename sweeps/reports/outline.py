@@ -185,6 +185,7 @@ def _compute_section(summ: Summary) -> Section:
         b.append(
             f"efficiency = T_ideal / T_observed = {_seconds(summ.t_ideal_s)} / {_seconds(summ.wall_s)} = "
             f"{summ.efficiency:.2f} (T_ideal: the training time spread over {summ.slots} slot(s))"
+            + (f"; the slot-seconds went to {summ.split_words()}" if summ.split_words() else "")
         )
     else:
         b.append("efficiency: n/a (sweep wall time or slots unknown)")
@@ -301,6 +302,7 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
             f"wall time: {_seconds(summ.wall_s)}",
             *_budget_bullets(rec),
             *([f"listeners: {rec.listeners}"] if rec.listeners else []),
+            *([f"driver peak memory: {rec.driver_peak_rss_mb:,.0f} MiB RSS"] if rec.driver_peak_rss_mb else []),
         ],
     )
     other = [n for n in analysis.notes if not n.startswith("importance")]

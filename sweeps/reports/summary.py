@@ -13,6 +13,9 @@ Rules:
   ``time/compute_s + time/data_s``, else Tune's time between reports, which holds each report's checkpoint
   save and no start-up) spread over the ``slots`` that could run at once; ``T_observed`` = the sweep's wall
   time. ``Summary.train_s_from`` says which of the two clocks the figure rests on.
+- ``Summary.split()``: the slot-seconds (``slots`` x wall time) spent starting trials (every start measured by
+  the orchestrator, ``startup/total_s`` less the first epoch and the wait for room), training, and the rest
+  (waiting).
 """
 
 from __future__ import annotations
@@ -72,6 +75,29 @@ class Summary:
     schedules: dict[str, Schedule] = field(default_factory=dict)  # trials whose hyperparameters changed
     data_bound: tuple[str, ...] = ()
     train_s_from: tuple[str, ...] = ()  # the clocks behind train_s_total: TRAINABLE_CLOCK and/or TUNE_CLOCK
+    start_s_total: float | None = None  # every measured start's seconds to its first batch (None: none measured)
+    starts_measured: int = 0
+
+    def split(self) -> tuple[float, float, float] | None:
+        """The shares of the sweep's slot-seconds (``slots`` x wall time) spent starting trials (each start
+        until its first batch, less its wait for room: ``startup/total_s`` less ``first_epoch`` and
+        ``pg_wait``), training (``train_s_total``) and neither (waiting: for room, slots with no trial, trials
+        between epochs, reporting, ending); None when no start was measured or the wall time or slots are
+        unknown."""
+        if self.start_s_total is None or not self.wall_s or not self.slots:
+            return None
+        whole = self.slots * self.wall_s
+        starting, training = min(self.start_s_total / whole, 1.0), min(self.train_s_total / whole, 1.0)
+        training = min(training, 1.0 - starting)
+        return starting, 1.0 - starting - training, training
+
+    def split_words(self) -> str:
+        """``starting 61%, waiting 8%, training 31%``, or "" when :meth:`split` has no figures."""
+        shares = self.split()
+        if shares is None:
+            return ""
+        return ", ".join(f"{w} {v:.0%}" if v >= 0.1 or v == 0 else f"{w} {v:.1%}"
+                         for w, v in zip(("starting", "waiting", "training"), shares, strict=True))
 
     def rank_of(self, trial_id: str) -> int | None:
         """1-based rank, or None for a trial that is not ranked (failed, or no finite value)."""
@@ -191,7 +217,19 @@ def collect(
         schedules={r.trial_id: r.schedule for r in rows if r.schedule},
         data_bound=tuple(r.trial_id for r in rows if r.data_bound),
         train_s_from=tuple(c for c in (TRAINABLE_CLOCK, TUNE_CLOCK) if any(r.train_s_from == c for r in rows)),
+        **_starts(records),
     )
+
+
+def _starts(records: Iterable[TrialRecord]) -> dict[str, Any]:
+    """``start_s_total`` and ``starts_measured``: every start's first result holds ``startup/total_s``
+    (sweeps.execution.tuning.startup); its starting seconds leave out the first epoch (training) and the
+    placement-group wait (waiting for room)."""
+    from sweeps.execution.tuning.startup import TOTAL, metric
+
+    seconds = [h[TOTAL] - h.get(metric("first_epoch"), 0.0) - h.get(metric("pg_wait"), 0.0)
+               for r in records for h in r.history if TOTAL in h]
+    return {"start_s_total": sum(seconds) if seconds else None, "starts_measured": len(seconds)}
 
 
 def recollect(summ: Summary, records: list[TrialRecord], **changes: Any) -> Summary:

@@ -95,6 +95,9 @@ def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -
         from sweeps.reports import pareto_view
 
         sections.append(pareto_view.section(pts, objs, cons))
+    from sweeps.reports import startup
+
+    sections.append(startup.section(rec, records or [], summ))
     if rec.confirm_dirs:
         from sweeps.reports.confirmed import section, winner_note
 
@@ -151,13 +154,14 @@ def write(
     return written
 
 
-def trials_table(rec: SweepRecord, records: list[Any], summ: Summary) -> Any:
+def trials_table(rec: SweepRecord, records: list[Any], summ: Summary,
+                 model_ids: Mapping[str, str] | None = None) -> Any:
     """trials.csv as a pandas DataFrame: the same rows and columns, read back with pandas (NaN as NaN)."""
     import io
 
     import pandas as pd
 
-    return pd.read_csv(io.StringIO(csv_text(complete(rec, records, summ), _pareto_columns(rec, records))))
+    return pd.read_csv(io.StringIO(csv_text(complete(rec, records, summ), _columns(rec, records, model_ids))))
 
 
 def write_all(rec: SweepRecord, records: list[Any], summ: Summary, out_dir: Path,

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from sweeps.config.targets import import_dotted
-from sweeps.execution.train import stages
+from sweeps.execution.train import stages, startup
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,10 @@ def bridge_callback(address: str, token: bytes, *, driver_node: str | None) -> A
         def __getstate__(self) -> dict[str, Any]:
             return {**self.__dict__, "_sock": None}
 
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            self.__dict__.update(state)
+            self.up = time.time()  # unpickled by the Train controller as its actor starts: the controller is up
+
         def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
             if SEED_KEY in metrics[0]:
                 return  # the seeding report: Tune already has this checkpoint
@@ -156,7 +160,9 @@ def bridge_callback(address: str, token: bytes, *, driver_node: str | None) -> A
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 self._sock.connect(self.address)
                 self._sock.sendall(self.token)
-            _send(self._sock, (dict(metrics[0]), checkpoint))
+                _send(self._sock, (startup.add(metrics[0], controller=getattr(self, "up", time.time())), checkpoint))
+            else:
+                _send(self._sock, (dict(metrics[0]), checkpoint))
             if not _readable(self._sock, self.timeout) or _read_exactly(self._sock, 1) != _ACK:
                 raise TimeoutError(f"the trial's driver did not take a report within {self.timeout:g} s "
                                    f"(${ACK_TIMEOUT_ENV}); ending the Train run")
@@ -229,13 +235,19 @@ def seeded_loop(config: dict[str, Any]) -> None:
     import ray.train
 
     config = dict(config)
-    stages.stamp(str(config.get("_trial_id")), "loop_start", rank=ray.train.get_context().get_world_rank())
-    seed = config.pop(SEED_CONFIG, None)
-    run_dir = config.pop(RUN_DIR_CONFIG, None)
-    loop = import_dotted(str(config.pop(LOOP_CONFIG)))
-    if seed is not None and run_dir and ray.train.get_checkpoint() is None:
-        _seed(seed, run_dir)
-    if inspect.signature(loop).parameters:
-        loop(config)
-    else:
-        loop()
+    began = time.time()
+    rank = ray.train.get_context().get_world_rank()
+    stages.stamp(str(config.get("_trial_id")), "loop_start", rank=rank)
+    undo = startup.arm_worker(rank, began, SEED_KEY)  # before the loop's import: it may bind report early
+    try:
+        seed = config.pop(SEED_CONFIG, None)
+        run_dir = config.pop(RUN_DIR_CONFIG, None)
+        loop = import_dotted(str(config.pop(LOOP_CONFIG)))
+        if seed is not None and run_dir and ray.train.get_checkpoint() is None:
+            _seed(seed, run_dir)
+        if inspect.signature(loop).parameters:
+            loop(config)
+        else:
+            loop()
+    finally:
+        undo()

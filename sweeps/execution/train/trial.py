@@ -23,7 +23,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.targets import import_dotted
-from sweeps.execution.train import bridge, stages
+from sweeps.execution.train import bridge, stages, startup
 from sweeps.execution.tuning import keeper
 
 log = logging.getLogger(__name__)
@@ -169,15 +169,17 @@ def failure_config(worker_max_failures: int) -> Any:
     return ray.train.FailureConfig(**kwargs)
 
 
-def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, trial_id: str) -> int:
+def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, trial_id: str,
+         fit_called: float | None = None) -> int:
     """Re-report every (metrics, checkpoint) the controller sends, ack each, until ``fit()`` has ended.
 
     Returns how many checkpoints were forwarded. ``ray.tune.report`` returns once Tune has copied the
-    checkpoint and taken the result; only then is the controller let go on.
+    checkpoint and taken the result; only then is the controller let go on. The first report carries this
+    start's clock (:mod:`sweeps.execution.train.startup`; ``fit_called``: when ``fit()`` was called).
     """
     import ray.tune
 
-    forwarded = 0
+    forwarded, reported = 0, False
     while True:
         item = channel.receive(timeout=0.25)
         if item is None:
@@ -189,11 +191,23 @@ def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, t
         metrics, ckpt = item
         metrics = sanitize(metrics, setup.metric, setup.mode)
         tune_ckpt = ray.tune.Checkpoint(ckpt.path, ckpt.filesystem) if ckpt is not None else None
-        if forwarded == 0:
+        if not reported:
+            reported = True
             stages.stamp(trial_id, "first_report")
+            metrics = _with_clock(metrics, fit_called)
         ray.tune.report(metrics, checkpoint=tune_ckpt)
         forwarded += ckpt is not None
         channel.ack()
+
+
+def _with_clock(metrics: dict[str, Any], fit_called: float | None) -> dict[str, Any]:
+    points = {"report": time.time()}
+    if fit_called is not None:
+        points["fit"] = fit_called
+    waited = startup.pg_wait_s()
+    if waited is not None:
+        points["pg_wait_s"] = waited
+    return startup.add(metrics, **points)
 
 
 def trial_folder(ctx: Any, storage_path: str) -> str:
@@ -224,9 +238,10 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
             outcome["error"] = exc
 
     thread = threading.Thread(target=fit, name=f"fit-{trial_id}", daemon=True)
+    fit_called = time.time()
     thread.start()
     try:
-        pump(channel, thread, setup, trial_id)
+        pump(channel, thread, setup, trial_id, fit_called)
     finally:
         # Tune stopping the trial raises out of ray.tune.report: closing the channel makes the controller
         # end its run at its next report, so a reused trial actor is left with no Train run behind.

@@ -14,7 +14,7 @@ from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.resources.plan import Plan
-from sweeps.execution.tuning import firstreport, livestatus, schedstate, session
+from sweeps.execution.tuning import firstreport, livestatus, schedstate, session, startup
 from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
@@ -44,10 +44,11 @@ def register(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list[
 
     live = session.start(name)
     live.sweep = sweep_id
+    live.callbacks["startup"] = startup.startup_callback(name)  # first: later ones see its startup/ metrics
     live.callbacks.update({f"given{i}": c for i, c in enumerate(given)})
     live.callbacks.update(watchers(spec, plan, sweep_id, name))
     live.callbacks.update(housekeepers(spec, plan, sweep_id, name))
-    head = [f"given{i}" for i in range(len(given))]
+    head = ["startup", *(f"given{i}" for i in range(len(given)))]
     return [*session.handles(name, [*head, *WATCHERS]), *result_loggers(), *session.handles(name, list(HOUSEKEEPERS))]
 
 

@@ -51,7 +51,8 @@ def arm() -> None:
 
 def reported(result: Mapping[str, Any]) -> list[str]:
     """The numeric metrics the loop put in ``result`` (what Tune, Train and sweeps add left out)."""
-    return [k for k, v in result.items() if k not in NOT_METRICS and not str(k).startswith(("sweeps/", "config/"))
+    return [k for k, v in result.items() if k not in NOT_METRICS
+            and not str(k).startswith(("sweeps/", "config/", "startup/"))
             and isinstance(v, int | float) and not isinstance(v, bool)]
 
 

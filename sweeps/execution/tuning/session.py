@@ -64,6 +64,7 @@ class Outcome:
     stalled: str | None
     metric_missing: str | None
     hours: dict[str, float | None]
+    stopped_by: str | None = None  # an operator's `sweeps stop` (who), not a signal
 
 
 _sessions: dict[str, Session] = {}
@@ -89,7 +90,10 @@ def start(sweep_id: str) -> Session:
 
 def outcome(sweep_id: str) -> Outcome:
     s = session(sweep_id)
-    return Outcome(stalled=s.stalled, metric_missing=s.metric_problem, hours=s.ledger.record())
+    control = s.extras.get("control")
+    stopping = getattr(control, "stopping", None) or {}
+    return Outcome(stalled=s.stalled, metric_missing=s.metric_problem, hours=s.ledger.record(),
+                   stopped_by=stopping.get("by"))
 
 
 def end(sweep_id: str) -> None:

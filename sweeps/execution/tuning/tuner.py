@@ -89,6 +89,19 @@ def guarded_stopper(spec: SweepSpec, name: str, ledger: Ledger | None = None) ->
                                spec.trainable.metrics)
 
 
+QUEUED = 1_000_000  # no limit of sweeps' own: Tune queues at most TUNE_MAX_PENDING_TRIALS_PG pending trials
+
+
+def needs_queue(scheduler: Any) -> bool:
+    """Synchronous HyperBand (and BOHB) fills each bracket with the trials Tune has queued, and a bracket whose
+    trials ended takes the next ones in: made one by one as slots free, every trial would land in the first
+    bracket, which never halves. For these, trials are made ahead as Tune makes them; a pause still makes
+    none, though Tune may start one it had queued already (docs/operate.md)."""
+    from ray.tune.schedulers import HyperBandScheduler
+
+    return isinstance(scheduler, HyperBandScheduler)
+
+
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
                 num_samples: int | None = None, name: str | None = None) -> Any:
@@ -108,9 +121,10 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
                             spec.sweep.max_concurrent_trials)
         starts.append(capacity_gate(capacity))
-    search_alg = make_elastic(search_alg, capacity, live.census, control.holding(name))
-    scheduler = sweep_scheduler(build_scheduler(spec), [*starts, control.start_gate(name)],
-                                control.trial_stops(name), name=name)
+    inner = build_scheduler(spec)
+    made = Fixed(QUEUED) if needs_queue(inner) else capacity  # how many trials may exist unfinished at once
+    search_alg = make_elastic(search_alg, made, live.census, control.holding(name))
+    scheduler = sweep_scheduler(inner, [*starts, control.start_gate(name)], control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
         search_alg = budget_gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one

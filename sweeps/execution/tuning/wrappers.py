@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sweeps.execution.tuning import startup
+
 # A search gate gets the live trial ids; it answers "go", "wait" or "done".
 SearchGate = Callable[[set[str]], str]
 # A start gate gets Tune's controller; True lets the scheduler choose a trial to start now.
@@ -143,6 +145,8 @@ class _Delegating:
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         self.inner.on_trial_add(tune_controller, trial)
+        if self.name:
+            startup.clock(self.name).ready(trial.trial_id)
 
     def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
         self.inner.on_trial_error(tune_controller, trial)
@@ -162,7 +166,10 @@ class _Delegating:
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         if not all(gate(tune_controller) for gate in self.starts):
             return None
-        return self.inner.choose_trial_to_run(tune_controller)
+        chosen = self.inner.choose_trial_to_run(tune_controller)
+        if chosen is not None and self.name:
+            startup.clock(self.name).chosen(chosen.trial_id)
+        return chosen
 
     def debug_string(self) -> str:
         return str(self.inner.debug_string())

@@ -1,3 +1,0 @@
-from sweeps.cli.main import main
-
-raise SystemExit(main())

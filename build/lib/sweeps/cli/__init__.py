@@ -1,1 +1,0 @@
-"""The command line: parsing, dispatch, exit codes and everything printed. The only layer that prints."""

@@ -1,1 +1,0 @@
-"""Configuration: Hydra composition (the only Hydra importer), validation, and the frozen ``SweepSpec``."""

@@ -1,1 +1,0 @@
-"""Starting or joining Ray: settings, loopback listeners, code shipped to the nodes."""

@@ -1,1 +1,0 @@
-"""The resource plan: what a trial holds, how many run at once, where results go."""

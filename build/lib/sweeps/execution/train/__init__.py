@@ -1,1 +1,0 @@
-"""One trial: a Ray Train TorchTrainer per (re)start, bridged to Tune."""

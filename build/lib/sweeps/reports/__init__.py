@@ -1,1 +1,0 @@
-"""Reports: trial records read from Ray storage, the pure summary, and its renderers (tables, plots)."""

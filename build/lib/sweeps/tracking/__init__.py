@@ -1,1 +1,0 @@
-"""MLflow glue: the client helpers, the Tune callback that writes every run, the parent run, the server."""

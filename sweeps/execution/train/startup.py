@@ -1,0 +1,95 @@
+"""A trial start's clock, on the trial's side: wall-clock points that ride along with its first report.
+
+Every start of a trial (the first, a retry, a PBT restart, a resume) carries, in its first report only, the
+points it passed on the way, under :data:`KEY` (a dict of ``time.time()`` values, never a metric):
+
+- ``fit`` (the trial driver, :mod:`sweeps.execution.train.trial`): ``TorchTrainer.fit()`` called; with
+  ``pg_wait_s``, how long GCS took to place the trial's placement group (``ray.util.placement_group_table``);
+- ``controller`` (the Train controller, :func:`sweeps.execution.train.bridge.bridge_callback`): the controller
+  took its callbacks, i.e. its actor is up;
+- ``loop`` and ``forward`` (rank 0 of the Train workers, :func:`arm_worker`): the loop began; its model's first
+  forward pass began (torch's global forward pre-hook, removed once it fired);
+- ``report`` (the trial driver): the first report left for Tune.
+
+The sweep's driver (:mod:`sweeps.execution.tuning.startup`) turns them into ``startup/<stage>_s`` metrics.
+Nothing here imports torch or Ray at module level: it runs in the controller and the workers too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+KEY = "_sweeps_startup"
+
+
+def add(metrics: dict[str, Any], **points: float) -> dict[str, Any]:
+    """``metrics`` with ``points`` added under :data:`KEY` (a copy: the caller's dict is left alone)."""
+    out = dict(metrics)
+    out[KEY] = {**(out.get(KEY) or {}), **points}
+    return out
+
+
+def pg_wait_s() -> float | None:
+    """Seconds GCS took to create this actor's placement group (from its request to its placement), or None
+    outside one."""
+    import ray.util
+
+    try:
+        pg = ray.util.get_current_placement_group()
+        if pg is None:
+            return None
+        stats = ray.util.placement_group_table(pg).get("stats") or {}
+        return float(stats["end_to_end_creation_latency_ms"]) / 1000.0
+    except Exception:  # noqa: BLE001 - a figure we cannot read is left out, never a failed trial
+        return None
+
+
+def _first_forward(points: dict[str, float]) -> Callable[[], None]:
+    """Stamp ``points["forward"]`` at the first forward pass of any torch module in this process; returns the
+    undo (also done by the hook itself once it fired). No torch installed: nothing to stamp."""
+    try:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+    except ImportError:
+        return lambda: None
+    handle: Any = None
+
+    def hook(module: Any, args: Any) -> None:
+        points.setdefault("forward", time.time())
+        handle.remove()
+
+    handle = register_module_forward_pre_hook(hook)
+    return handle.remove  # type: ignore[no-any-return]
+
+
+def arm_worker(rank: int, loop_start: float, skip: str) -> Callable[[], None]:
+    """In a Train worker, before its loop (begun at ``loop_start``): rank 0's first ``ray.train.report`` (but
+    one whose metrics hold ``skip``: sweeps' own seeding report) carries the loop's start and its first forward
+    pass. ``ray.train.report`` is wrapped for the loop's run (a loop imported after this, even with ``from
+    ray.train import report``, calls the wrapper); returns the undo."""
+    import ray.train
+
+    if rank != 0:
+        return lambda: None
+    points = {"loop": loop_start}
+    unhook = _first_forward(points)
+    original = ray.train.report
+    sent = False
+
+    def report(metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal sent
+        if not sent and skip not in metrics:
+            sent = True
+            unhook()
+            metrics = add(metrics, **points)
+        return original(metrics, *args, **kwargs)
+
+    ray.train.report = report
+
+    def undo() -> None:
+        unhook()
+        if ray.train.report is report:
+            ray.train.report = original
+
+    return undo
