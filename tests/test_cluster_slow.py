@@ -267,7 +267,10 @@ def test_pbt_with_more_trials_than_slots_on_nodes_without_the_project(parts: Par
 @pytest.mark.timeout(1500)
 def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
     """`ray job submit --working-dir <checkout>` runs the sweep's driver on the head; the upload leaves out the
-    virtualenv and local state (.gitignore + .rayignore); a client without the token is refused."""
+    virtualenv and local state (.gitignore + .rayignore); a client without the token is refused. While the job
+    runs, a shell that has only the sweep's storage URI (and S3's credentials: no record, no Ray) reads its
+    status and stops it; the job's driver ends the sweep as after SIGTERM (interrupted, exit 130).
+    Shares its sweep: the verbs on the embedded Ray are in tests/test_operate_slow.py."""
     c = parts.cluster
     w = parts.worker()
     home = tmp_path / "home"  # SWEEPS_HOME of the job's driver: on this machine's disk, read by the test
@@ -277,15 +280,23 @@ def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
     assert refused.returncode != 0 and re.search(r"401|Unauthorized|authentication", refused.stdout + refused.stderr,
                                                  re.IGNORECASE), refused.stdout + refused.stderr
     runtime_env = {"env_vars": {"SWEEPS_HOME": str(home), "SWEEPS_CONF_DIR": "conf"}}
-    proc = subprocess.run(
+    job = subprocess.Popen(
         [*ray_cli, "job", "submit", "--address", c.dashboard, "--working-dir", str(REPO), "--runtime-env-json",
          json.dumps(runtime_env), "--", "python", "-m", "sweeps", "run", *TRIAL, "cluster=remote",
          "cluster.address=auto", f"tracking.uri={parts.mlflow.url}", f"storage.path={parts.s3.uri('jobs')}",
-         "sweep.num_samples=1", "trainable.params.epochs=2", "scheduler=fifo"],
-        capture_output=True, text=True, env=c.client_env(), timeout=900, cwd=tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert re.search(r"sweep \S+: finished", out), out[-3000:]
+         "sweep.num_samples=1", "trainable.params.epochs=12", "+trainable.params.epoch_sleep_s=1.0",
+         "scheduler=fifo"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=c.client_env(), cwd=tmp_path)
+    try:
+        uri = _operate_by_uri(parts, tmp_path / "elsewhere")
+        out, _ = job.communicate(timeout=900)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0 and re.search(r"sweep \S+: interrupted", out), out[-3000:]  # the driver exited 130
+    rec = record(home)
+    assert rec["status"] == "interrupted" and uri == rec["experiment_dirs"][0], (rec["status"], uri)
+    assert rec["lease_expires"] is None, "the driver closed its record"
     # what the job uploaded, as the head unpacked it: the code and configs, not .venv, .git or local state
     unpacked = [p for p in glob.glob(str(c.head.temp_dir / "session_*" / "runtime_resources" / "working_dir_files"
                                          / "*" / "pyproject.toml"))]  # beside each: its .zip.lock
@@ -293,12 +304,40 @@ def test_ray_job_submit_with_token_auth(parts: Parts, tmp_path: Path) -> None:
     files = [Path(d, f) for d, _, fs in os.walk(pkg) for f in fs]
     names = {p.relative_to(pkg).parts[0] for p in files}
     assert {"sweeps", "trainables", "conf", "search_spaces"} <= names, names
-    assert not names & {".venv", ".git", ".sweeps", "tests", "benchmarks", "reports"}, names
+    assert not names & {".venv", ".git", ".sweeps", "tests", "benchmarks", "reports", "build"}, names
     assert sum(p.stat().st_size for p in files) < 2_000_000, "the working dir upload is small"
-    rec = record(home)
-    assert rec["counts"]["completed"] == 1
     rows = [r for d in rec["experiment_dirs"] for t in s3_rows(d).values() for r in t]
     assert rows and {r["node_id"] for r in rows} == {w.node_id}
+
+
+def _operate_by_uri(parts: Parts, folder: Path) -> str:
+    """From a shell with the storage URI only: wait until the job's sweep runs a trial, `status` it, `stop` it.
+    Returns the sweep's URI."""
+    folder.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEPS_", "RAY_"))}
+    env.update(parts.s3.env, HOME=str(folder), SWEEPS_HOME=str(folder / ".sweeps"))
+
+    def sweeps(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    def live() -> str | None:
+        found = [k for k in parts.s3.keys("jobs/") if k.endswith("/sweeps-live/status.json")]
+        return parts.s3.uri(found[0].split("/sweeps-live/")[0]) if found else None
+
+    uri = wait_until(live, 600, "the job's sweep writing its live record")
+
+    def running() -> dict | None:
+        got = sweeps("status", uri, "--json")
+        state = json.loads(got.stdout) if got.returncode == 0 else {}
+        return state if state.get("state") == "running" and state["trials"]["running"] >= 1 else None
+
+    state = wait_until(running, 600, "the job's sweep running a trial, as `sweeps status URI` sees it")
+    assert state["driver"]["launched_by"] == "ray job", state["driver"]
+    stop = sweeps("stop", uri)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert not list(folder.glob(".sweeps/sweeps/*.json")), "the operating shell keeps no record of its own"
+    return uri
 
 
 USER_LOOP = '''"""A user's own single-file module (no package around it): the loop."""

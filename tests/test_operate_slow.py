@@ -75,10 +75,11 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         stopped = _ok(p.run("trial", "stop", "latest", victim))
         assert "applied" in stopped, stopped
         applied_at = time.time()
-        wait_for(lambda: any(t[0]["trial_id"] not in before | {victim} for t in _trials(p)), 30, 0.5,
+        wait_for(lambda: any(t[0]["trial_id"] not in before | {victim} for t in _trials(p)), 120, 0.5,
                  "the next trial's first report")
-        nxt = min(t[0]["wall"] for t in _trials(p) if t[0]["trial_id"] not in before | {victim})
-        assert nxt - applied_at < 10 + 5, "the next trial started within 10 s (its first report 5 s later at most)"
+        first = min((t[0] for t in _trials(p) if t[0]["trial_id"] not in before | {victim}), key=lambda r: r["wall"])
+        started = first["wall"] - first["startup/total_s"]  # when Tune took it up: the start's own figure
+        assert started - applied_at < 10, ("the next trial started within 10 s of the stop", started - applied_at)
 
         # stop: graceful; a second stop while it is pending is refused; the driver exits 130, resumable
         assert "accepted" in _ok(p.run("stop", "latest"))

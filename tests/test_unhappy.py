@@ -202,6 +202,27 @@ def test_a_second_ctrl_c_while_ray_stops_lets_the_shutdown_finish(sweeps_env: An
     assert "SIGINT received while stopping Ray" in proc.stderr
 
 
+RESTART_PROBE = """
+import ray
+from sweeps.execution.cluster import raystart
+from sweeps.ops.prepare import prepare
+spec = prepare(["+experiment=quickstart"])
+raystart.start(spec, 2)
+raystart.stop_in_background()  # the end of one sweep: the report is drawn while Ray stops
+raystart.start(spec, 2)  # the next sweep in the same process (a notebook, a resume right after a stop)
+print("after the restart:", ray.is_initialized(), ray.get(ray.put(41)) + 1, flush=True)
+raystart.stop()
+"""
+
+
+def test_a_sweep_started_while_the_last_ones_ray_stops_gets_a_ray_of_its_own(sweeps_env: Any) -> None:
+    """Real Ray: a start waits for a shutdown still under way (it once took the half-stopped Ray as running, and
+    a notebook kernel's next sweep died with it)."""
+    proc = subprocess.run([sys.executable, "-c", RESTART_PROBE], env=sweeps_env.env, capture_output=True, text=True,
+                          timeout=110)
+    assert proc.returncode == 0 and "after the restart: True 42" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
 def _fake_project(tmp_path: Path, failing: str) -> Path:
     """A copy of scripts/ whose .venv's python fails on ``pip install <failing>``."""
     root = tmp_path / "project"

@@ -124,15 +124,18 @@ def client(uri: str) -> Any:
         return MlflowClient(tracking_uri=uri, registry_uri=uri)
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
-    c = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    if str(db) not in _opened:
-        from filelock import FileLock
+    if str(db) in _opened:
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    from filelock import FileLock
 
-        # Two sweeps started at once in a fresh project would both create the store's tables, and the second
-        # dies in MLflow's schema migration: the first to take the lock creates them, the other then finds them.
-        with FileLock(str(db) + ".lock"):
-            c.search_experiments(max_results=1)
-        _opened.add(str(db))
+    # Two sweeps started at once in a fresh project would both create the store's tables, and the second dies in
+    # MLflow's schema migration: the first to take the lock creates them (the client and both of its stores,
+    # tracking and registry, are made under it), the other then finds them.
+    with FileLock(str(db) + ".lock"):
+        c = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        c.search_experiments(max_results=1)
+        c.search_registered_models(max_results=1)
+    _opened.add(str(db))
     return c
 
 

@@ -122,6 +122,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     ``trials_at_once``: the plan's concurrency (local mode: whether warm processes preload torch)."""
     import ray
 
+    _wait_stopped()  # a previous sweep's Ray may still be going (stop_in_background): never reuse it half-down
     env = train_env(spec)
     for k, v in env.items():
         os.environ.setdefault(k, v)
@@ -288,12 +289,17 @@ def stop_in_background() -> None:
         _stopping.start()
 
 
-def stop() -> None:
-    """Stop Ray (or wait for a shutdown begun by ``stop_in_background``)."""
+def _wait_stopped() -> None:
+    """Wait for a shutdown begun by ``stop_in_background`` (a notebook's next sweep, a resume after a stop)."""
     global _stopping
     if _stopping is not None:
         _stopping.join()
         _stopping = None
+
+
+def stop() -> None:
+    """Stop Ray (or wait for a shutdown begun by ``stop_in_background``)."""
+    _wait_stopped()
     _shutdown()
 
 
