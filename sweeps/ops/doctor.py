@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sweeps import paths, uris
 
@@ -149,40 +147,25 @@ def check_state_api(address: str) -> Check:
                  "leave it off: a sweep on this Ray frees its placement groups itself", required=False)
 
 
+MISMATCH_FIX = "install the cluster's Ray and Python in this environment, or submit the driver as a Ray Job"
+
+
 def check_cluster_versions(address: str) -> Check:
-    """The cluster's Ray and Python against this driver's: a mismatch fails every sweep on it."""
+    """The cluster's Ray and Python against this driver's, read once before connecting (or by a throwaway
+    connection in a child process): a mismatch fails every sweep on it."""
     from sweeps.errors import BadInput
     from sweeps.execution.cluster import raystart, versions
 
-    fix = "install the cluster's Ray and Python in this environment, or submit the driver as a Ray Job"
     try:
         raystart.enable_driver_auth()
-        cluster = versions.read(address) or _connect_for_versions(address)
+        cluster = versions.read(address)
     except BadInput as exc:
-        return Check("cluster versions", False, str(exc), fix)
+        return Check("cluster versions", False, str(exc), "check the address, that the cluster is up, and the "
+                     "token (README, \"Running on a Ray cluster\")")
     mine = versions.here()
-    if cluster is None:
-        return Check("cluster versions", False, f"the cluster at {address} did not say its versions", fix)
     if not versions.compatible(cluster, mine):
-        return Check("cluster versions", False, versions.message(address, cluster, mine), fix)
+        return Check("cluster versions", False, versions.message(address, cluster, mine), MISMATCH_FIX)
     return Check("cluster versions", True, f"Ray {cluster.ray}, Python {cluster.python}: the driver's own")
-
-
-def _connect_for_versions(address: str) -> Any:
-    """Where the versions cannot be read before connecting: connect, and read Ray's own verdict."""
-    import ray
-
-    from sweeps.errors import BadInput
-    from sweeps.execution.cluster import versions
-
-    try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    except RuntimeError as exc:
-        return versions.from_error(exc)
-    except Exception as exc:
-        raise BadInput(f"cannot connect to Ray at {address} ({type(exc).__name__}: {exc})") from None
-    ray.shutdown()
-    return versions.here()
 
 
 def check_levers() -> Check:
@@ -221,6 +204,14 @@ def check_configs() -> Check:
 
 def run_checks(tracking_uri: str | None = None, storage: str | None = None,
                address: str | None = None) -> list[Check]:
+    """Every check, the cluster's versions first when ``address`` is given: on a mismatch this environment's
+    Ray must change before anything else here means much, so the rest is skipped (and doctor answers at once)."""
+    first: list[Check] = []
+    if address:
+        first.append(check_cluster_versions(address))
+        if first[0].fix == MISMATCH_FIX:
+            return [*first, Check("other checks", True, "skipped: run doctor again once this environment runs the "
+                                  "cluster's Ray and Python", required=False)]
     checks: list[Callable[[], Check]] = [
         lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11+"),
         lambda: _package("ray", "pip install 'ray[default,tune,train]'"),
@@ -240,6 +231,6 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None,
         check_loopback,
         check_configs,
         check_levers,
-        *([lambda: check_cluster_versions(address), lambda: check_state_api(address)] if address else []),
+        *([lambda: check_state_api(address)] if address else []),
     ]
-    return [c() for c in checks]
+    return [*first, *(c() for c in checks)]

@@ -1,29 +1,61 @@
-"""A driver must run its cluster's Ray (and Python): both versions checked before anything starts.
+"""A driver must run its cluster's Ray (and Python): both versions read before anything starts.
 
 Ray refuses a driver whose Ray or Python version differs from its cluster's, but only once it has connected,
 with a bare ``RuntimeError`` traceback. So ``cluster=remote`` runs, their ``--dry-run`` and ``doctor
---address`` read the cluster's versions first (the ``cluster_version`` lever: its GCS), and where that is off
-they read them from Ray's own error: either way one line names both versions and the two ways out (this Ray
-in the driver's environment, or the driver submitted to the cluster as a Ray Job), and the run exits 2.
+--address`` read the cluster's versions first, once: from its GCS (the ``cluster_version`` lever), else the
+public way, a throwaway ``ray.init`` in a child process whose refusal (Ray's own "Version mismatch" error)
+names both versions. Either way one line names both versions and the two ways out (this Ray in the driver's
+environment, or the driver submitted to the cluster as a Ray Job, with the exact command), and the run exits 2.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from sweeps.errors import BadInput
+
+log = logging.getLogger(__name__)
 
 PYTHON_MATCH = "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"  # Ray's own setting: "patch" (its default) or "minor"
+# Ray's own refusal (ray/_private/utils.py, check_version_info: "Version mismatch: The cluster was started
+# with:\n    Ray: X\n    Python: Y\nThis process on ... was started with: ...", the same on Ray 2.53 to 2.60)
 ERROR = re.compile(r"Version mismatch: The cluster was started with:\s*Ray: (?P<ray>\S+)\s*Python: (?P<py>\S+)")
+CONNECT_TIMEOUT_S = 30.0  # a GCS that does not answer: ray.init would wait for minutes
+DASHBOARD_PORT = 8265  # Ray's default; a head started with --dashboard-port elsewhere says so only by asking
+DASHBOARD_PROBE_S = 1.0
+# The public way to the versions: connect as a driver would (no runtime_env: nothing is uploaded), then go.
+PROBE = """
+import json, logging, sys
+import ray
+try:
+    ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)
+except Exception as exc:
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+else:
+    ray.shutdown()
+    print(json.dumps({"accepted": True}))
+"""
 
 
 @dataclass(frozen=True)
 class Versions:
     ray: str
     python: str
+
+
+class Unread(BadInput):
+    """The cluster's versions could not be read: no address, nothing answered, or it refused this driver for
+    another reason (its token)."""
 
 
 def here() -> Versions:
@@ -42,48 +74,157 @@ def compatible(cluster: Versions, mine: Versions) -> bool:
 
 def gcs_address(address: str | None) -> str | None:
     """The ``HOST:PORT`` of a cluster's GCS for an explicit ``cluster.address`` (``auto`` and Ray Client
-    addresses are left to Ray's own check)."""
+    addresses are read by connecting)."""
     if not address or address == "auto" or "://" in address:
         return None
     return address if ":" in address else f"{address}:6379"
 
 
-def read(address: str | None) -> Versions | None:
-    """The cluster's versions, read before connecting (the ``cluster_version`` lever), or None."""
+def read(address: str | None) -> Versions:
+    """The cluster's Ray and Python, read before anything starts: from its GCS where the ``cluster_version``
+    lever applies, else by connecting in a child process (:func:`by_connecting`).
+
+    Raises:
+        Unread: no address, or nothing that says the versions answered.
+    """
     from sweeps.execution.levers import cluster_version, core
 
+    if not address:
+        raise Unread("cluster.address: cluster=remote needs an address (auto, HOST:6379) or $RAY_ADDRESS")
     gcs = gcs_address(address)
-    if gcs is None or not core.applies(cluster_version.LEVER):
-        return None
-    meta = cluster_version.read(gcs)
-    return Versions(str(meta["ray_version"]), str(meta.get("python_version", ""))) if meta else None
+    if gcs is not None and core.applies(cluster_version.LEVER):
+        meta = cluster_version.read(gcs)
+        if meta:
+            return Versions(str(meta["ray_version"]), str(meta.get("python_version", "")))
+        log.debug("the GCS at %s said no versions; connecting to read them", gcs)
+    return by_connecting(address)
 
 
-def from_error(exc: BaseException) -> Versions | None:
+def by_connecting(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Versions:
+    """The public way: ``ray.init(address)`` in a child process (it ends with the check, so nothing of it stays
+    connected or running). Ray's refusal names the cluster's versions; its acceptance means they are this
+    driver's.
+
+    Raises:
+        Unread: it did not answer within ``timeout_s``, or refused this driver for another reason.
+    """
+    try:
+        proc = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, text=True,
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise Unread(f"cluster.address: no Ray answered at {address!r} within {timeout_s:.0f} s; is the cluster "
+                     f"up, and is HOST:PORT its GCS (ray start --head --port)?") from None
+    said = _last_json(proc.stdout)
+    if said.get("accepted"):
+        return here()
+    error = str(said.get("error") or proc.stderr.strip().splitlines()[-1:] or f"exit status {proc.returncode}")
+    found = from_error(error)
+    if found is not None:
+        return found
+    raise Unread(f"cluster.address: cannot connect to Ray at {address!r} ({error.splitlines()[0]}); is the "
+                 f"cluster up, and does this process have its token (RAY_AUTH_MODE=token plus RAY_AUTH_TOKEN, "
+                 f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)?")
+
+
+def _last_json(stdout: str) -> dict[str, object]:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            said = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(said, dict):
+            return said
+    return {}
+
+
+def from_error(exc: BaseException | str) -> Versions | None:
     """The cluster's versions named in Ray's own "Version mismatch" error, or None for any other error."""
     m = ERROR.search(str(exc))
     return Versions(m["ray"], m["py"]) if m else None
 
 
+def check(address: str | None) -> Versions:
+    """The cluster's versions (read once), when they are this driver's.
+
+    Raises:
+        BadInput: the cluster at ``address`` runs other versions than this driver (exit 2), or they could not
+            be read (:class:`Unread`).
+    """
+    cluster = read(address)
+    if not compatible(cluster, here()):
+        raise BadInput(message(str(address), cluster))
+    return cluster
+
+
 def message(address: str, cluster: Versions, mine: Versions | None = None) -> str:
     """One line: both versions and the two ways out, with the exact commands."""
     mine = mine or here()
-    host = address.split("://")[-1].rsplit(":", 1)[0]
-    argv = sys.argv[1:]
-    args = " ".join(shlex.quote(a) for a in argv) if argv[:1] in (["run"], ["resume"], ["extend"]) else \
-        "run +experiment=NAME cluster=remote cluster.address=auto"
-    args = re.sub(r"cluster\.address=\S+", "cluster.address=auto", args)
+    command = job_command(sys.argv[1:], dashboard(address, cluster.ray), shipped_code(Path.cwd()))
+    hint = (f" (DASHBOARD_PORT: the head's dashboard port; nothing answered on {DASHBOARD_PORT})"
+            if "DASHBOARD_PORT" in command else "")
     return (f"cluster.address: the cluster at {address} runs Ray {cluster.ray} on Python {cluster.python}, this "
             f"driver Ray {mine.ray} on Python {mine.python}; a driver must run its cluster's versions: install "
             f"them here (python {cluster.python} with pip install 'ray[default,tune,train]=={cluster.ray}'), or "
-            f"submit the driver to the cluster as a Ray Job: ray job submit --address http://{host}:8265 "
-            f"--working-dir . -- python -m sweeps {args}")
+            f"submit the driver to the cluster as a Ray Job: {command}{hint}")
 
 
-def check(address: str | None) -> None:
-    """BadInput (exit 2) when the cluster at ``address`` runs other versions than this driver."""
-    from sweeps.errors import BadInput
+def job_command(argv: Sequence[str], dashboard_url: str, py_modules: Sequence[str]) -> str:
+    """The ``ray job submit`` that runs this command on the cluster: the working directory (the user's project)
+    goes with it, and ``py_modules`` (sweeps' own code, where the working directory does not hold it); the
+    command itself without ``--dry-run`` and with ``cluster.address=auto`` (the job's own cluster)."""
+    args = list(argv)
+    at = next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))
+    if args[at:at + 1] not in (["run"], ["resume"], ["extend"]):
+        args = ["run", "+experiment=NAME", "cluster=remote"]
+        at = 0
+    args = args[:at] + [re.sub(r"^cluster\.address=.*", "cluster.address=auto", a) for a in args[at:]
+                        if a != "--dry-run"]
+    if args[at] == "run" and not any(a.startswith("cluster.address=") for a in args):
+        args.append("cluster.address=auto")
+    env = ""
+    if py_modules:
+        env = " --runtime-env-json " + shlex.quote(json.dumps({"py_modules": list(py_modules)}))
+    return (f"ray job submit --address {dashboard_url} --working-dir .{env} -- python -m sweeps "
+            f"{' '.join(shlex.quote(a) for a in args)}")
 
-    cluster = read(address)
-    if cluster is not None and not compatible(cluster, here()):
-        raise BadInput(message(str(address), cluster))
+
+def shipped_code(cwd: Path) -> list[str]:
+    """What a Ray Job must carry besides its working directory for ``python -m sweeps`` to import on the head:
+    nothing when ``cwd`` is this project's checkout (it holds ``sweeps/``), else the installed packages' folders
+    (a wheel in site-packages, or a checkout elsewhere)."""
+    import sweeps
+
+    if Path(sweeps.__file__).resolve().parent.parent == cwd.resolve():
+        return []
+    from sweeps.execution.cluster import shipping
+
+    return [p for name in ("sweeps", "trainables", "hydra_plugins") for p in shipping.sources(name)]
+
+
+def dashboard(address: str, ray_version: str) -> str:
+    """The cluster's dashboard (the Jobs API) for ``ray job submit``: ``$RAY_API_SERVER_ADDRESS``, an
+    ``http(s)://`` address, or the head's port 8265 when a dashboard of the cluster's Ray answers there (another
+    Ray on the same host may hold it); else a placeholder to fill in."""
+    if os.environ.get("RAY_API_SERVER_ADDRESS"):
+        return os.environ["RAY_API_SERVER_ADDRESS"]
+    if address.startswith(("http://", "https://")):
+        return address.rstrip("/")
+    host = address.split("://")[-1].rsplit(":", 1)[0] if address != "auto" else ""
+    if host and _dashboard_of(f"http://{host}:{DASHBOARD_PORT}", ray_version):
+        return f"http://{host}:{DASHBOARD_PORT}"
+    return f"http://{host or 'HEAD'}:DASHBOARD_PORT"
+
+
+def _dashboard_of(url: str, ray_version: str) -> bool:
+    """Whether a dashboard of Ray ``ray_version`` answers at ``url`` (Ray's Jobs API ``GET /api/version``)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=DASHBOARD_PROBE_S) as reply:
+            said = json.loads(reply.read().decode() or "{}")
+    except urllib.error.HTTPError as exc:  # 401/403: a dashboard that wants the token (whose, it does not say)
+        return exc.code in (401, 403)
+    except (OSError, ValueError):
+        return False
+    return isinstance(said, dict) and said.get("ray_version") == ray_version

@@ -145,14 +145,15 @@ def state_api(address: str | None, lean: bool, timeout_s: float = 3.0) -> tuple[
 
 
 def versions_line(address: str | None) -> str:
-    """The cluster's Ray and Python against this driver's, read before connecting; BadInput on a mismatch."""
-    from sweeps.execution.cluster import versions
+    """The cluster's Ray and Python, read once before anything starts; BadInput on a mismatch (the dry run
+    fails as the run would), the reason in the line when nothing answered."""
+    from sweeps.execution.cluster import raystart, versions
 
-    versions.check(address)
-    cluster, mine = versions.read(address), versions.here()
-    if cluster is None:
-        return (f"not read before connecting (address {address or 'unset'}); Ray compares them when the sweep "
-                f"connects (this driver: Ray {mine.ray}, Python {mine.python})")
+    try:
+        raystart.enable_driver_auth()
+        cluster = versions.check(address)
+    except versions.Unread as exc:
+        return f"not read: {exc}"
     return f"Ray {cluster.ray}, Python {cluster.python}: the same as this driver's"
 
 
