@@ -39,7 +39,8 @@ def _started(tmp_path: Path, tid: str) -> tuple[str, callback._Tracker, SimpleNa
 
 def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> None:
     uri, t, trial = _started(tmp_path, "a_00000")
-    run = mlflow_client(uri).get_run(t.runs["a_00000"])
+    run_id = t.runs["a_00000"]
+    run = mlflow_client(uri).get_run(run_id)
     assert run.info.status == "RUNNING"
     assert run.data.tags[tracking.RUN_TAG_DRIVER] == lease.driver_id()
     assert run.data.params == {"epochs": "2", "lr": "0.01"}
@@ -47,7 +48,7 @@ def test_new_run_is_running_with_driver_tag_then_finished(tmp_path: Path) -> Non
         trial.last_result = {"val/acc": 0.5 * epoch, "epoch": epoch, "training_iteration": epoch}
         t.on_trial_result(epoch, [trial], trial, dict(trial.last_result))
     t.on_trial_complete(3, [trial], trial)
-    run = mlflow_client(uri).get_run(t.runs["a_00000"])
+    run = mlflow_client(uri).get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.metrics["val/acc"] == 1.0
     assert run.data.tags["early_stopped"] == "false"

@@ -16,6 +16,7 @@ from sweeps import uris
 from sweeps.config import redaction
 from sweeps.lease import driver_id
 from sweeps.tracking import trialruns
+from sweeps.tracking.bestbook import LINEAGE_TAG, BestBook, Kept
 from sweeps.tracking.client import (
     MAX_METRICS,
     PARENT_TAG,
@@ -33,7 +34,7 @@ from sweeps.tracking.client import (
     log_params,
 )
 from sweeps.tracking.endings import Endings
-from sweeps.trials import CheckpointBook, config_digest
+from sweeps.trials import config_digest, trial_location
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,15 @@ class _Tracker(Endings):
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.attempted: set[str] = set()  # trial ids whose create_run raised: the server may have made the run
         self.buffers: dict[str, list[Any]] = {}
-        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, tuple[str, dict[str, Any]] | None]] = {}
+        self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, Kept | None]] = {}
         self.last_flush = 0.0
         self.failed_sends = 0
         self._client: Any = None
         self.storage_path = storage_path  # the trials' folders are on its filesystem
         self.dataset = dataset  # (name, digest) the trainable declares: its models' metrics name it
-        self.book = CheckpointBook(metric, mode)  # every checkpoint each trial reported (its best: the tag)
+        self.book = BestBook(metric, mode)  # each running trial's best checkpoint (the model's) and PBT lineage
         self.noted: dict[str, dict[str, str]] = {}  # trial id -> tags its run gets when it ends (an operator's stop)
+        self.lineages: dict[str, str] = {}  # a resumed sweep: trial id -> its run's lineage tag, until it restarts
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -98,12 +100,22 @@ class _Tracker(Endings):
         return self._fs
 
     def note_tags(self, trial_id: str, tags: dict[str, str]) -> None:
-        """Tags the trial's run gets with its final ones (who stopped it, and when)."""
-        self.noted.setdefault(trial_id, {}).update(tags)
+        """Tags the trial's run gets with its final ones (who stopped it, and when). ``sweeps.donor`` (a PBT
+        exploit, now) goes into the trial's lineage instead: its model names the donor its checkpoint descends
+        from, and the run holds the lineage at once (``sweeps.lineage``, read back by a resumed tracker)."""
+        tags = dict(tags)
+        donor = tags.pop("sweeps.donor", None)
+        if donor:
+            text = self.book.exploited(trial_id, donor, time.time())
+            run_id = self.runs.get(trial_id)
+            if run_id:
+                self._safe(lambda: self.client.set_tag(run_id, LINEAGE_TAG, text))
+        if tags:
+            self.noted.setdefault(trial_id, {}).update(tags)
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         """Tune registers a checkpoint with the result it came with (``trial.last_result`` here)."""
-        self.book.add(trial.trial_id, checkpoint, trial.last_result)
+        self.book.add(trial.trial_id, uris.to_uri(checkpoint.path, checkpoint.filesystem), trial.last_result)
 
     # -- plumbing ---------------------------------------------------------------------------------------
     @property
@@ -114,11 +126,25 @@ class _Tracker(Endings):
 
     def _existing_runs(self) -> dict[str, str]:
         runs = find_runs(self.client, [self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
+        self.lineages.update({r.data.tags[RUN_TAG_TRIAL]: r.data.tags[LINEAGE_TAG] for r in runs
+                              if RUN_TAG_TRIAL in r.data.tags and LINEAGE_TAG in r.data.tags})
         return {r.data.tags[RUN_TAG_TRIAL]: r.info.run_id for r in runs if RUN_TAG_TRIAL in r.data.tags}
 
     def setup(self, **info: Any) -> None:
         with self.timer:
             self.runs.update(self._existing_runs())  # resume: reuse the same runs, never duplicate them
+
+    def _seed(self, trial: Any) -> None:
+        """A resumed trial (its run is a dead driver's): its best checkpoint and lineage so far, from storage."""
+        location = trial_location(trial, self.storage_fs)
+        if not location:
+            return
+        try:
+            read = self.book.seed(trial.trial_id, location, self.lineages.pop(trial.trial_id, None))
+        except Exception as exc:  # noqa: BLE001 - storage unreadable: the model is chosen from what follows
+            log.warning("trial %s: could not read its checkpoints from before the resume (%s)", trial, exc)
+            return
+        log.debug("trial %s: %d checkpoint(s) from before the resume", trial.trial_id, read)
 
     def _adopt(self, tid: str) -> str | None:
         """After a ``create_run`` that raised: take the trial's first run as this driver's, delete its copies."""
@@ -203,6 +229,7 @@ class _Tracker(Endings):
                 self.client.update_run(run_id, status="RUNNING")
                 self.client.set_tag(run_id, RUN_TAG_DRIVER, driver_id())
             self.opened.add(run_id)
+            self._seed(trial)
         except Exception as exc:
             log.warning("MLflow: could not open the run of %s (%s); metrics stay buffered", trial, exc)
 

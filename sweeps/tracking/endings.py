@@ -1,5 +1,10 @@
 """How a trial's MLflow run ends: its last metrics, error, best checkpoint, tags and final status, retried
-until MLflow takes them (a mixin of the tracker, :mod:`sweeps.tracking.callback`)."""
+until MLflow takes them (a mixin of the tracker, :mod:`sweeps.tracking.callback`).
+
+A trial's model is its own affair: an error writing it (a checkpoint that cannot be read, a value the store
+refuses) is said for that trial, tagged ``sweeps.model_error`` on its run, and the run still ends; only a store
+that does not answer at all holds the endings back for a retry. Once a trial's run has ended, the tracker
+forgets the trial (:meth:`Endings.forget`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config import redaction
+from sweeps.tracking.bestbook import Kept
 from sweeps.tracking.client import set_tags
 from sweeps.trials import error_text, trial_location
 
@@ -27,7 +33,7 @@ class Endings:
     runs: dict[str, str]
     opened: set[str]
     buffers: dict[str, list[Any]]
-    finals: dict[str, tuple[Any, str, dict[str, str], str | None, tuple[str, dict[str, Any]] | None]]
+    finals: dict[str, tuple[Any, str, dict[str, str], str | None, Kept | None]]
     uri: str
     experiment_id: str
     sweep_id: str
@@ -38,6 +44,9 @@ class Endings:
     drain_s: float
     storage_fs: Any
     dataset: tuple[str, str] | None
+    confirm: bool
+    noted: dict[str, dict[str, str]]
+    attempted: set[str]
 
     def flush(self, force: bool = False) -> bool:
         raise NotImplementedError
@@ -72,9 +81,11 @@ class Endings:
             error = redaction.scrub(error_text(trial, self.storage_fs), self.secrets)
         best = self.book.best(trial.trial_id)  # ranked as Tune keeps them: the checkpoint promotion registers too
         if best is not None:
-            tags["best_checkpoint"] = best[0]
-            tags["best_checkpoint_iteration"] = str(best[1].get("training_iteration", ""))
-        tags.update(getattr(self, "noted", {}).pop(trial.trial_id, {}))
+            tags["best_checkpoint"] = best.uri
+            tags["best_checkpoint_iteration"] = str(best.result.get("training_iteration", ""))
+            if best.donor:
+                tags["sweeps.donor"] = best.donor  # PBT: the trial the scoring checkpoint descends from
+        tags.update(self.noted.pop(trial.trial_id, {}))
         self.finals[trial.trial_id] = (trial, status, tags, error, best)
         self.flush(force=True)
 
@@ -88,38 +99,72 @@ class Endings:
                     if error is not None:
                         self._log_error(run_id, error)
                     if ckpt and self.log_checkpoints:
-                        self._keep_checkpoint(trial, run_id, status, tags, ckpt)
+                        self._keep_model(trial, run_id, status, tags, ckpt)
                     set_tags(self.client, run_id, tags)
                     self.client.set_terminated(run_id, status=status)
                 self.opened.discard(run_id)
                 del self.finals[tid]
+                self.forget(tid)
             except Exception as exc:
                 log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
                 return False
         return True
 
-    def _keep_checkpoint(self, trial: Any, run_id: str, status: str, tags: dict[str, str],
-                         best: tuple[str, dict[str, Any]]) -> None:
+    def forget(self, trial_id: str) -> None:
+        """Drop what the tracker held for a trial whose run has ended (its run id, buffer, best checkpoint)."""
+        self.runs.pop(trial_id, None)
+        self.buffers.pop(trial_id, None)
+        self.noted.pop(trial_id, None)
+        self.attempted.discard(trial_id)
+        self.book.forget(trial_id)
+
+    def _keep_model(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> None:
+        """:meth:`_keep_checkpoint`; an error of the trial's own (the store answers) is said and tagged, and
+        the run ends all the same; a store that does not answer raises, so the ending is retried."""
+        try:
+            self._keep_checkpoint(trial, run_id, status, tags, best)
+        except Exception as exc:
+            if not self._answers(run_id):
+                raise
+            text = redaction.scrub(str(exc), self.secrets).strip().splitlines()
+            log.warning("trial %s: no model of its best checkpoint %s (%s); its run ends without one", trial.trial_id,
+                        best.uri, text[0] if text else type(exc).__name__)
+            tags["sweeps.model_error"] = (text[0] if text else type(exc).__name__)[:500]
+
+    def _answers(self, run_id: str) -> bool:
+        """The store answers a plain read (so a failed write was refused, not lost)."""
+        try:
+            self.client.get_run(run_id)
+        except Exception:  # down, or unreachable: the write is retried
+            return False
+        return True
+
+    def _keep_checkpoint(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> None:
         """The trial's best checkpoint as its LoggedModel (:mod:`sweeps.tracking.models`), or as the run's
         artifacts where the store has no LoggedModels; a checkpoint missing from storage is said, not fatal."""
         from sweeps.tracking import models
 
-        where, result = best
-        if not uris.is_dir(where):
-            log.warning("trial %s: its best checkpoint %s is not in storage any more; no model kept", trial, where)
-            tags["sweeps.checkpoint_missing"] = where
+        if not uris.is_dir(best.uri):
+            log.warning("trial %s: its best checkpoint %s is not in storage any more; no model kept",
+                        trial.trial_id, best.uri)
+            tags["sweeps.checkpoint_missing"] = best.uri
             return
-        if not models.supported(self.client, self.uri):
-            with uris.local_copy(where) as folder:
-                self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
-            return
-        early = tags.get("early_stopped") == "true"
-        kind = "failed" if status == "FAILED" else "early-stopped" if early else "completed"
-        params = {k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")}
-        model_id = models.upsert(self.client, self.experiment_id, run_id, self.sweep_id, trial.trial_id, where,
-                                 result, params, kind, donor=tags.get(models.TAG_DONOR),
-                                 dataset=self.dataset)
-        tags["best_model"] = f"models:/{model_id}"
+        if models.supported(self.client, self.uri):
+            params = {k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")}
+            try:
+                made = models.upsert(self.client, self.experiment_id, run_id, self.sweep_id, trial.trial_id,
+                                     best.uri, best.result, params, model_status(status, tags),
+                                     donor=best.donor, dataset=self.dataset,
+                                     kind="confirm" if self.confirm else "trial")
+            except Exception as exc:
+                if not models.missing_api(exc):
+                    raise
+                models.degrade(self.uri, exc)  # a server without LoggedModels that did not say its version
+            else:
+                tags["best_model"] = f"models:/{made.model_id}"
+                return
+        with uris.local_copy(best.uri) as folder:
+            self.client.log_artifacts(run_id, folder, artifact_path="checkpoint")
 
     def drain(self, timeout_s: float = 120.0) -> bool:
         """Retry pending writes until they all succeed or ``timeout_s`` passes. True when nothing is left."""
@@ -156,3 +201,13 @@ class Endings:
                 self.opened.discard(run_id)
             except Exception as exc:
                 log.warning("MLflow: could not close run %s (%s)", run_id, exc)
+
+
+def model_status(status: str, tags: dict[str, str]) -> str:
+    """A model's ``sweeps.status`` from how its trial ended: ``failed``, ``stopped`` (an operator's
+    ``sweeps trial stop``), ``early-stopped`` (short of its epochs) or ``completed``."""
+    if status == "FAILED":
+        return "failed"
+    if tags.get("sweeps.stopped_by"):
+        return "stopped"
+    return "early-stopped" if tags.get("early_stopped") == "true" else "completed"

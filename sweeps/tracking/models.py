@@ -3,10 +3,11 @@
 A trial's model is named ``<sweep>-<trial>``, its source run is the trial's child run, its parameters are the
 trial's, its metrics are those of the best checkpoint's report (logged on the run with the model's id, at that
 step), and its tags say the sweep, the trial, how the trial ended, its rank in the report and, for PBT, the
-donor it was cloned from. Its artifacts are the checkpoint's files, stored once (no copy beside the run). A
-model is found again by its sweep and trial tags, so ``resume``, ``sync`` and a retried write update it rather
-than make a second. A store that cannot hold LoggedModels (a server before MLflow 3) keeps the checkpoint as
-the run's artifacts, said once.
+donor the scoring checkpoint descends from. Its artifacts are the checkpoint's files, stored once (no copy
+beside the run). A model is found again by its sweep and trial tags, so ``resume``, ``sync`` and a retried
+write update it rather than make a second; when the trial's best checkpoint changed, the model is replaced
+(its metrics were another checkpoint's). A store that cannot hold LoggedModels (a server of MLflow 2, by its
+``/version`` or by the 404 its LoggedModel API answers) keeps the checkpoint as the run's artifacts, said once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from sweeps import uris
 
@@ -23,29 +24,55 @@ log = logging.getLogger(__name__)
 TAG_SWEEP, TAG_TRIAL, TAG_KIND = "sweeps.sweep_id", "sweeps.trial_id", "sweeps.model_kind"
 TAG_STATUS, TAG_RANK, TAG_STEP = "sweeps.status", "sweeps.rank", "sweeps.best_step"
 TAG_CKPT, TAG_DONOR, TAG_SOURCE = "sweeps.checkpoint", "sweeps.donor", "sweeps.source_model_id"
+TAG_CONFIRM = "sweeps.confirm"  # on a `sweeps confirm` re-run's model (kind "confirm": never ranked)
+STATUSES = ("completed", "early-stopped", "stopped", "failed", "unfinished")  # TAG_STATUS values
 SKIP = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s", "time_since_restore",
         "iterations_since_restore", "pid", "done", "trial_id", "date", "hostname", "node_ip", "config"}
+PAGE = 500  # models per search_logged_models page
 _unsupported: dict[str, str] = {}  # store URI -> why it holds no LoggedModels (said once)
 
 
+class Upserted(NamedTuple):
+    """What :func:`upsert` did: the model's id and ``made``, ``replaced`` (a new checkpoint), ``updated`` or
+    ``unchanged``."""
+
+    model_id: str
+    action: str
+
+
 def supported(client: Any, uri: str) -> bool:
-    """Whether the store holds LoggedModels: any MLflow 3 store; a server from before MLflow 3 does not."""
+    """Whether the store holds LoggedModels: any MLflow 3 store; a server of an earlier major version does not
+    (its ``/version``; a server that does not say is found out by :func:`missing_api` at the first model)."""
     if uri in _unsupported:
         return False
     if uri.startswith(("http://", "https://")):
-        from sweeps.tracking.versions import server_version
+        import mlflow
+
+        from sweeps.tracking.versions import older_major, server_version
 
         theirs = server_version(uri)
-        if theirs and int(theirs.split(".")[0]) < 3:
-            return _refuse(uri, f"the MLflow server runs {theirs}")
+        if theirs and older_major(theirs, mlflow.__version__):
+            return _refuse(uri, f"the MLflow server at {uri} runs MLflow {theirs}")
     return True
+
+
+def missing_api(exc: BaseException) -> bool:
+    """An answer saying the server has no LoggedModel API: HTTP 404, ``ENDPOINT_NOT_FOUND``."""
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(exc, MlflowException) and exc.error_code == "ENDPOINT_NOT_FOUND"
+
+
+def degrade(uri: str, exc: BaseException) -> None:
+    """The store answered that it has no LoggedModel API: run artifacts from now on (said once)."""
+    _refuse(uri, f"the MLflow server at {uri} answers 404 to its LoggedModel API ({str(exc).splitlines()[0][:120]})")
 
 
 def _refuse(uri: str, why: str) -> bool:
     if uri not in _unsupported:
         _unsupported[uri] = why
         log.warning("MLflow: %s, which has no LoggedModels: each trial's best checkpoint goes to its run's "
-                    "artifacts instead (the Models tab stays empty)", why)
+                    "artifacts (checkpoint/) instead, and the Models tab stays empty", why)
     return False
 
 
@@ -57,15 +84,19 @@ def find(client: Any, experiment_id: str, sweep_id: str, trial_id: str) -> Any:
     return found[0] if found else None
 
 
-def of_sweep(client: Any, experiment_id: str, sweep_id: str) -> dict[str, str]:
-    """Trial id -> model id, for every trial model of the sweep."""
-    out: dict[str, str] = {}
+def of_sweep(client: Any, experiment_id: str, sweep_id: str, kind: str = "trial") -> dict[str, str]:
+    """Trial id -> model id, for every model of the sweep of ``kind`` (``trial``; ``confirm``)."""
+    return {m.tags[TAG_TRIAL]: str(m.model_id) for m in models_of(client, experiment_id, sweep_id, kind)}
+
+
+def models_of(client: Any, experiment_id: str, sweep_id: str, kind: str = "trial") -> list[Any]:
+    """Every model of the sweep of ``kind``, page by page."""
+    out: list[Any] = []
     token = None
     while True:
         page = client.search_logged_models([experiment_id], filter_string=f"tags.`{TAG_SWEEP}` = '{sweep_id}'",
-                                           max_results=500, page_token=token)
-        out.update({m.tags[TAG_TRIAL]: m.model_id for m in page
-                    if TAG_TRIAL in m.tags and m.tags.get(TAG_KIND, "trial") == "trial"})
+                                           max_results=PAGE, page_token=token)
+        out += [m for m in page if TAG_TRIAL in m.tags and m.tags.get(TAG_KIND, "trial") == kind]
         token = getattr(page, "token", None)
         if not token:
             return out
@@ -78,24 +109,57 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, float]:
 
 def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id: str, checkpoint: str,
            result: Mapping[str, Any], params: Mapping[str, Any], status: str, donor: str | None = None,
-           dataset: tuple[str, str] | None = None) -> str:
-    """The trial's model for its best ``checkpoint`` (made, or brought up to date); its id.
+           dataset: tuple[str, str] | None = None, kind: str = "trial") -> Upserted:
+    """The trial's model for its best ``checkpoint``: made, replaced (another checkpoint than the model holds:
+    its metrics would mix two checkpoints) or brought up to date (tags, status; files and metrics only where a
+    earlier attempt left them out).
 
-    ``status``: ``completed``, ``early-stopped`` or ``failed`` (a failed trial's model is FAILED); ``dataset``:
-    the (name, digest) the trainable declares, which its metrics are linked to."""
-    from mlflow.entities import Metric
-
+    ``status``: one of :data:`STATUSES` (a failed trial's model is FAILED); ``dataset``: the (name, digest) the
+    trainable declares, which its metrics are linked to; ``kind``: ``trial``, or ``confirm`` for a re-run of
+    ``sweeps confirm`` (tagged ``sweeps.confirm``, never ranked)."""
     model = find(client, experiment_id, sweep_id, trial_id)
-    tags = {TAG_SWEEP: sweep_id, TAG_TRIAL: trial_id, TAG_KIND: "trial", TAG_STATUS: status, TAG_CKPT: checkpoint,
-            TAG_STEP: str(result.get("training_iteration", "")), **({TAG_DONOR: donor} if donor else {})}
+    tags = {TAG_SWEEP: sweep_id, TAG_TRIAL: trial_id, TAG_KIND: kind, TAG_STATUS: status, TAG_CKPT: checkpoint,
+            TAG_STEP: str(result.get("training_iteration", "")), **({TAG_DONOR: donor} if donor else {}),
+            **({TAG_CONFIRM: "true"} if kind == "confirm" else {})}
+    action = "updated"
+    final = "FAILED" if status == "failed" else "READY"
+    if model is not None and _holds(model, tags, final):
+        return Upserted(str(model.model_id), "unchanged")
+    if model is not None and (model.tags or {}).get(TAG_CKPT) != checkpoint:
+        client.delete_logged_model(model.model_id)
+        model, action = None, "replaced"
     if model is None:
         model = client.create_logged_model(experiment_id, name=f"{sweep_id}-{trial_id}", source_run_id=run_id,
                                            tags=tags, params={str(k): str(v)[:6000] for k, v in params.items()})
+        action = "made" if action == "updated" else action
     else:
         client.set_logged_model_tags(model.model_id, tags)
-    if (model.tags or {}).get(TAG_CKPT) != checkpoint or model.status != "READY":
+    try:
+        _fill(client, model, run_id, checkpoint, result, dataset, fresh=action != "updated")
+    except BaseException:
+        _drop(client, model.model_id)  # never left PENDING, nor half-filled for a later attempt to take as done
+        raise
+    client.finalize_logged_model(model.model_id, final)
+    return Upserted(str(model.model_id), action)
+
+
+def _holds(model: Any, tags: Mapping[str, str], final: str) -> bool:
+    """The model already says all of it: its tags, its final status, metrics (a second ``sync``: no writes)."""
+    have = model.tags or {}
+    return all(have.get(k) == v for k, v in tags.items()) and str(model.status) == final and bool(model.metrics)
+
+
+def _fill(client: Any, model: Any, run_id: str, checkpoint: str, result: Mapping[str, Any],
+          dataset: tuple[str, str] | None, fresh: bool) -> None:
+    """The checkpoint's files and the best step's metrics, into a new model or one an earlier attempt left
+    without them."""
+    from mlflow.entities import Metric
+
+    if fresh or not client.list_logged_model_artifacts(model.model_id):
         with uris.local_copy(checkpoint) as folder:
             client.log_model_artifacts(model.model_id, folder)
+    if not fresh and model.metrics:
+        return
     step = int(result.get("training_iteration", 0) or 0)
     # the report's own time: the run's latest value stays its last report's, the model's is its best one's
     when = int(float(result.get("timestamp") or time.time()) * 1000)
@@ -104,21 +168,36 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
                for k, v in metrics_of(result).items()]
     for i in range(0, len(metrics), 900):
         client.log_batch(run_id, metrics=metrics[i:i + 900])
-    client.finalize_logged_model(model.model_id, "FAILED" if status == "failed" else "READY")
-    return str(model.model_id)
+
+
+def _drop(client: Any, model_id: str) -> None:
+    """Delete a model whose files or metrics could not be written (else mark it FAILED)."""
+    try:
+        client.delete_logged_model(model_id)
+    except Exception as exc:  # the store is down: FAILED if it answers that much, else PENDING until a retry
+        log.debug("could not delete model %s (%s)", model_id, exc)
+        try:
+            client.finalize_logged_model(model_id, "FAILED")
+        except Exception as again:
+            log.debug("could not mark model %s FAILED (%s)", model_id, again)
 
 
 def rank(client: Any, experiment_id: str, sweep_id: str, ranked: Iterable[str], parent_run_id: str = "") -> str | None:
-    """Tag each trial model with its place in the report (1 = best); the parent run names the best model."""
-    ids = of_sweep(client, experiment_id, sweep_id)
-    best = None
-    for place, trial_id in enumerate(ranked, 1):
-        if trial_id in ids:
-            client.set_logged_model_tags(ids[trial_id], {TAG_RANK: str(place)})
-            best = best or ids[trial_id]
-    if best and parent_run_id:
-        client.set_tag(parent_run_id, "sweeps.best_model_id", best)
-    return best
+    """Tag each trial model with its place in the report (1 = best) and take the tag off a model no longer
+    ranked; the parent run names the best model (``sweeps.best_model_id``). Returns the best model's id."""
+    places = {trial_id: str(place) for place, trial_id in enumerate(ranked, 1)}
+    found = models_of(client, experiment_id, sweep_id)
+    for m in found:
+        place, had = places.get(m.tags[TAG_TRIAL]), m.tags.get(TAG_RANK)
+        if place is not None and place != had:
+            client.set_logged_model_tags(m.model_id, {TAG_RANK: place})
+        elif place is None and had is not None:
+            client.delete_logged_model_tag(m.model_id, TAG_RANK)
+    best = min((m for m in found if m.tags[TAG_TRIAL] in places), key=lambda m: int(places[m.tags[TAG_TRIAL]]),
+               default=None)
+    if best is not None and parent_run_id:
+        client.set_tag(parent_run_id, "sweeps.best_model_id", best.model_id)
+    return str(best.model_id) if best is not None else None
 
 
 def ids_for(rec: Any) -> dict[str, str]:

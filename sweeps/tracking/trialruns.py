@@ -33,9 +33,10 @@ def keep_one(c: Any, experiment_id: str, parent_run_id: str, trial_id: str,
 
 
 def copies(runs: list[Any], keep: dict[str, str]) -> list[str]:
-    """Run ids to delete: for each trial with several runs, all but ``keep[trial]`` (else its oldest)."""
+    """Run ids to delete: for each trial with several runs, all but ``keep[trial]``, else the one that ended (the
+    tracker forgets a trial once it has ended its run; a copy is never ended), else its oldest."""
     by_trial: dict[str, list[Any]] = {}
-    for r in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)):
+    for r in sorted(runs, key=lambda r: (r.info.status == "RUNNING", r.info.start_time or 0, r.info.run_id)):
         if RUN_TAG_TRIAL in r.data.tags:
             by_trial.setdefault(r.data.tags[RUN_TAG_TRIAL], []).append(r)
     out: list[str] = []

@@ -109,14 +109,40 @@ def _pin(trial: Any, fs: Any) -> None:
     log.debug("pinned %s's donor checkpoint %s as %s", trial.trial_id, ckpt.path, dest)
 
 
-def _surely_kept(book: CheckpointBook, trial: Any, path: str, num_to_keep: int) -> bool:
+class KeptBook:
+    """The checkpoints of each running trial that Tune may still keep, as Tune ranks them: the best
+    ``num_to_keep - 1`` (one more is about to be registered), with the sweep metric alone. A checkpoint ranked
+    below them never climbs back (a new one only pushes it further down), so nothing else is kept; a trial
+    that has ended is forgotten."""
+
+    def __init__(self, metric: str, mode: str, num_to_keep: int | None) -> None:
+        self.metric, self.keep = metric, max((num_to_keep or 1) - 1, 0)
+        self.book = CheckpointBook(metric, mode)
+
+    def add(self, trial_id: str, checkpoint: Any, result: Any) -> None:
+        value = (result or {}).get(self.metric)
+        self.book.add(trial_id, checkpoint, {self.metric: value} if value is not None else {})
+        top = set(self.book.ranked(trial_id)[:self.keep])
+        self.book.reported[trial_id] = [row for row in self.book.reported[trial_id] if row[0] in top]
+
+    def ranked(self, trial_id: str) -> list[str]:
+        return self.book.ranked(trial_id)
+
+    def forget(self, trial_id: str) -> None:
+        self.book.forget(trial_id)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.book.reported.values()))
+
+
+def _surely_kept(book: CheckpointBook | KeptBook, trial: Any, path: str, num_to_keep: int) -> bool:
     """Tune keeps ``path`` when one more checkpoint is registered: it is among the best ``num_to_keep - 1`` of
     the trial's checkpoints (ranked as Tune ranks them; a checkpoint this driver did not see: not sure)."""
     uri = uris.to_uri(path, trial.checkpoint.filesystem if trial.checkpoint is not None else None)
     return num_to_keep > 1 and uri in book.ranked(trial.trial_id)[:num_to_keep - 1]
 
 
-def keep_latest(trial: Any, new_path: str, num_to_keep: int, book: CheckpointBook, fs: Any) -> None:
+def keep_latest(trial: Any, new_path: str, num_to_keep: int, book: CheckpointBook | KeptBook, fs: Any) -> None:
     """Before Tune registers ``new_path``: copy the trial's latest checkpoint unless Tune is sure to keep it."""
     latest = trial.checkpoint
     if latest is None or not trial.path or latest.path == new_path or not inside(latest.path, trial.path):
@@ -221,7 +247,13 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
         """
 
         def __init__(self) -> None:
-            self.told: dict[str, str] = {}
+            self.told: dict[str, str] = {}  # a paused or running trial -> the donor last said
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.told.pop(trial.trial_id, None)
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.told.pop(trial.trial_id, None)
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
@@ -240,7 +272,13 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
         """Tune calls ``on_checkpoint`` just before it registers the checkpoint (and deletes the worst)."""
 
         def __init__(self) -> None:
-            self.book = CheckpointBook(metric, mode)
+            self.book = KeptBook(metric, mode, num_to_keep)
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.book.forget(trial.trial_id)  # an ended trial restores from nothing
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.book.forget(trial.trial_id)
 
         def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
                           **info: Any) -> None:
