@@ -9,13 +9,20 @@ asks the user to export it.
 
 from __future__ import annotations
 
-from sweeps.execution.levers.core import Lever, first, has
+from typing import Any
+
+from sweeps.execution.levers.core import Lever, binds, first, has
+
+
+def check(config: Any) -> str | None:
+    """Ray's config class takes the call :func:`refresh` makes: ``Config.initialize("")``."""
+    return first(has(config, "initialize"), binds(getattr(config, "initialize", None), ""))
 
 
 def _probe() -> str | None:
     import ray._raylet
 
-    return first(has(ray._raylet, "Config"), has(ray._raylet.Config, "initialize"))  # type: ignore[attr-defined]
+    return first(has(ray._raylet, "Config"), check(getattr(ray._raylet, "Config", None)))
 
 
 LEVER = Lever(name="auth_refresh", package="ray", checked=("2.53.", "2.54.", "2.55.", "2.56.", "2.60."),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
 import pkgutil
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -129,6 +131,52 @@ def takes(fn: Any, *params: str) -> str | None:
         return None
     missing = [p for p in params if p not in sig.parameters]
     return f"{getattr(fn, '__qualname__', fn)} takes no {', '.join(missing)}" if missing else None
+
+
+def binds(fn: Any, *args: Any, **kwargs: Any) -> str | None:
+    """``fn(*args, **kwargs)`` matches ``fn``'s signature: the call a lever makes, checked as made (for a
+    method taken from its class, pass the instance, or any stand-in, first)."""
+    label = getattr(fn, "__qualname__", repr(fn))
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return f"{label} has no signature to check"
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"{label}{sig} cannot be called as the lever calls it ({exc})"
+    return None
+
+
+def fields(cls: Any, *names: str) -> str | None:
+    """The dataclass ``cls`` has every field of ``names``."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return f"{getattr(cls, '__name__', cls)} is no dataclass"
+    missing = sorted(set(names) - {f.name for f in dataclasses.fields(cls)})
+    return f"{getattr(cls, '__name__', cls)} has no field {', '.join(missing)}" if missing else None
+
+
+def documents(fn: Any, *params: str) -> str | None:
+    """For a compiled callable without a signature (pybind11): the signature its docstring states names every
+    parameter of ``params``."""
+    head = (getattr(fn, "__doc__", None) or "").split("\n\n", 1)[0]
+    missing = [p for p in params if not re.search(rf"\b{re.escape(p)}\s*:", head)]
+    return f"{getattr(fn, '__qualname__', fn)} states no parameter {', '.join(missing)}" if missing else None
+
+
+def source_says(module: str, *texts: str) -> str | None:
+    """The dependency's own source of ``module`` still contains every one of ``texts`` (for a compiled class
+    that carries no signature: the package's own call, made the way the lever makes it; read, not imported)."""
+    spec = importlib.util.find_spec(module)
+    origin = spec.origin if spec else None
+    if not origin or not origin.endswith(".py"):
+        return f"{module} has no source to read"
+    with open(origin, encoding="utf-8") as f:
+        text = f.read()
+    missing = [t for t in texts if t not in text]
+    return f"{module} no longer says {', '.join(missing)}" if missing else None
 
 
 def first(*problems: str | None) -> str | None:

@@ -6,13 +6,22 @@ story says '?' for a node's free resources and leaves other jobs' actors out.
 
 from __future__ import annotations
 
-from sweeps.execution.levers.core import Lever, first, has, takes
+from typing import Any
+
+from sweeps.execution.levers.core import Lever, binds, first, has
+
+
+def check(state: Any) -> str | None:
+    """Ray's state module takes the calls this lever makes."""
+    return first(has(state, "available_resources_per_node", "actors"),
+                 binds(getattr(state, "available_resources_per_node", None)),
+                 binds(getattr(state, "actors", None), actor_state_name="ALIVE"))
 
 
 def _probe() -> str | None:
     from ray._private import state
 
-    return first(has(state, "available_resources_per_node", "actors"), takes(state.actors, "actor_state_name"))
+    return check(state)
 
 
 LEVER = Lever(name="gcs_tables", package="ray", checked=("2.60.",),

@@ -8,20 +8,32 @@ Fallback: Ray's listeners on the node's address (the record's and the report's l
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
-from sweeps.execution.levers.core import Lever, has
+from sweeps.execution.levers.core import Lever, first, has
 
 SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _saved: list[tuple[str | None, Any]] = []
+
+
+def check(constants: Any, services: Any) -> str | None:
+    """The switch is a bool constant that Ray's node-address lookup reads on every call (not a copy taken at
+    import), so setting it here moves every listener Ray starts."""
+    if problem := first(has(constants, "ENABLE_RAY_CLUSTER"), has(services, "get_node_ip_address")):
+        return problem
+    if not isinstance(constants.ENABLE_RAY_CLUSTER, bool):
+        return f"ENABLE_RAY_CLUSTER is {type(constants.ENABLE_RAY_CLUSTER).__name__}, not bool"
+    source = inspect.getsource(services.get_node_ip_address)
+    return None if "ENABLE_RAY_CLUSTER" in source else "Ray's node-address lookup no longer reads ENABLE_RAY_CLUSTER"
 
 
 def _probe() -> str | None:
     import ray._private.ray_constants as rc
     import ray._private.services as services
 
-    return has(rc, "ENABLE_RAY_CLUSTER") or has(services, "get_node_ip_address")
+    return check(rc, services)
 
 
 LEVER = Lever(name="loopback_node", package="ray", checked=("2.60.",),

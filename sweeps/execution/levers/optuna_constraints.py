@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.execution.levers.core import Lever, first, has
+from sweeps.execution.levers.core import Lever, binds, first, has
+
+
+def check(searcher: Any, trial_cls: Any) -> str | None:
+    """A Tune ``OptunaSearch`` keeps its Optuna trials in a dict by trial id, and Optuna's trial takes the call
+    :func:`set_constraints` makes: ``set_constraint(key, value)``."""
+    trials = getattr(searcher, "_ot_trials", None)
+    return first(None if isinstance(trials, dict) else "OptunaSearch keeps no _ot_trials dict",
+                 has(trial_cls, "set_constraint"), binds(getattr(trial_cls, "set_constraint", None), None, "c0", 0.0))
 
 
 def _probe() -> str | None:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    probe = OptunaSearch(metric=["a", "b"], mode=["max", "min"])
-    trials = getattr(probe, "_ot_trials", None)
-    return first(None if isinstance(trials, dict) else "OptunaSearch keeps no _ot_trials dict",
-                 has(optuna.trial.Trial, "set_constraint"))
+    return check(OptunaSearch(metric=["a", "b"], mode=["max", "min"]), optuna.trial.Trial)
 
 
 LEVER = Lever(name="optuna_constraints", package="ray", checked=("2.60.",),

@@ -9,7 +9,9 @@ starts its random stream again; its population comes from the study, which Tune 
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from sweeps.execution.levers.core import Lever
@@ -37,13 +39,33 @@ class PicklableLock:
         return PicklableLock, ()
 
 
-def _probe() -> str | None:
-    from optuna.samplers import NSGAIISampler
+USES = re.compile(r"_thread_lock\b(\.\w+)?")
 
-    sampler = NSGAIISampler(seed=0)
-    if not isinstance(getattr(sampler, "_thread_lock", None), type(threading.Lock())):
-        return "NSGAIISampler keeps no _thread_lock"
-    return None
+
+def check(samplers: Iterable[Any], source: str) -> str | None:
+    """Each sampler keeps a plain lock in ``_thread_lock``, and Optuna's own code (``source``) uses it only as
+    :class:`PicklableLock` can stand in for it (``with``, ``acquire``, ``release``)."""
+    for sampler in samplers:
+        if not isinstance(getattr(sampler, "_thread_lock", None), type(threading.Lock())):
+            return f"{type(sampler).__name__} keeps no _thread_lock"
+    calls = {m.group(1)[1:] for m in USES.finditer(source) if m.group(1)}
+    missing = sorted(c for c in calls if not hasattr(PicklableLock, c))
+    return f"Optuna calls {', '.join(missing)} on its sampler lock" if missing else None
+
+
+def _probe() -> str | None:
+    import inspect
+    import warnings
+
+    from optuna.samplers import NSGAIIISampler, NSGAIISampler
+
+    base = next((c for c in NSGAIISampler.__mro__[:-1] if "_thread_lock" in inspect.getsource(c)), None)
+    if base is None:
+        return "no class of NSGAIISampler's sets _thread_lock"
+    with warnings.catch_warnings():  # NSGA-III is experimental in Optuna: a warning per instance
+        warnings.simplefilter("ignore")
+        samplers = [NSGAIISampler(seed=0), NSGAIIISampler(seed=0)]
+    return check(samplers, inspect.getsource(inspect.getmodule(base) or base))
 
 
 LEVER = Lever(name="optuna_ga_lock", package="optuna", checked=("5.0.", "5.1."),

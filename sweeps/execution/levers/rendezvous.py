@@ -13,18 +13,47 @@ import os
 import socket
 from typing import Any
 
-from sweeps.execution.levers.core import Lever, first, has, importable, takes
+from sweeps.execution.levers.core import Lever, binds, documents, fields, first, has, importable
 
 _STORE: Any = None  # rank 0's store, kept alive in the worker process
+WORKER_GROUPS = (("ray.train._internal.worker_group", "WorkerGroup"),  # Train v1
+                 ("ray.train.v2._internal.execution.worker_group", "WorkerGroup"))  # Train v2
+
+
+def check_worker_group(group: Any) -> str | None:
+    """A Train worker group takes the calls :func:`torch_config`'s backend makes on it."""
+    def fn() -> None:
+        return None
+
+    return first(has(group, "execute", "execute_single", "execute_single_async", "__len__"),
+                 binds(getattr(group, "execute_single", None), None, 0, fn, world_size=1, timeout_s=1.0),
+                 binds(getattr(group, "execute_single_async", None), None, 0, fn, backend="gloo", world_rank=0,
+                       world_size=1, port=1, timeout_s=1.0),
+                 binds(getattr(group, "execute", None), None, fn))
+
+
+def check_torch(config_module: Any, tcp_store: Any) -> str | None:
+    """Train's torch config and backend, and torch's ``TCPStore``, take what this lever calls and reads."""
+    backend = getattr(config_module, "_TorchBackend", None)
+    return first(has(config_module, "TorchConfig", "_TorchBackend", "_set_torch_distributed_env_vars"),
+                 fields(getattr(config_module, "TorchConfig", None), "backend", "timeout_s"),
+                 has(getattr(config_module, "TorchConfig", None), "backend_cls"),
+                 binds(getattr(backend, "on_start", None), None, worker_group=None, backend_config=None),
+                 binds(getattr(config_module, "_set_torch_distributed_env_vars", None)),
+                 documents(getattr(tcp_store, "__init__", None), "host_name", "port", "world_size", "is_master",
+                           "timeout", "wait_for_workers", "master_listen_fd"))
 
 
 def _probe() -> str | None:
-    if problem := importable(("ray.train.torch.config", "ray.train._internal.worker_group")):
+    if problem := importable(("ray.train.torch.config", "torch.distributed", *(m for m, _ in WORKER_GROUPS))):
         return problem
-    import ray.train.torch.config as tc
+    import importlib
 
-    return first(has(tc, "TorchConfig", "_TorchBackend", "_set_torch_distributed_env_vars"),
-                 has(tc._TorchBackend, "on_start"), takes(tc._TorchBackend.on_start, "worker_group", "backend_config"))
+    import ray.train.torch.config as tc
+    import torch.distributed as dist
+
+    return first(check_torch(tc, getattr(dist, "TCPStore", None)),
+                 *(check_worker_group(getattr(importlib.import_module(m), name, None)) for m, name in WORKER_GROUPS))
 
 
 LEVER = Lever(name="rendezvous", package="ray", checked=("2.60.",),

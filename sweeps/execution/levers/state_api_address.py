@@ -11,20 +11,30 @@ Fallback: the variable is not set (one embedded Ray per host is then safe).
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
-from sweeps.execution.levers.core import Lever
+from sweeps.execution.levers.core import Lever, binds, first, source_says
 
 VARIABLE = "RAY_API_SERVER_ADDRESS"
+STATE_CLIENT = "ray.util.state.api"  # the State API client that Train's cleaner uses
+
+
+def check(lookup: Any) -> str | None:
+    """Ray's address lookup takes the State API client's call (an address, None for "find it") and reads the
+    variable."""
+    if lookup is None:
+        return "Ray's State API address lookup moved"
+    if problem := binds(lookup, None):
+        return problem
+    source = inspect.getsource(lookup)
+    return None if VARIABLE in source else f"Ray's address lookup no longer reads {VARIABLE}"
 
 
 def _probe() -> str | None:
     from ray.dashboard import utils
 
-    lookup = getattr(utils, "get_address_for_submission_client", None)
-    if lookup is None:
-        return "Ray's State API address lookup moved"
-    source = inspect.getsource(lookup)
-    return None if "RAY_API_SERVER_ADDRESS" in source else "Ray's address lookup no longer reads RAY_API_SERVER_ADDRESS"
+    return first(check(getattr(utils, "get_address_for_submission_client", None)),
+                 source_says(STATE_CLIENT, "get_address_for_submission_client(address)"))
 
 
 LEVER = Lever(name="state_api_address", package="ray", checked=("2.60.",),

@@ -12,16 +12,27 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from sweeps.execution.levers.core import Lever, first, has
+from sweeps.execution.levers.core import Lever, binds, has
+
+
+def check(class_cache: Any) -> str | None:
+    """Tune's actor-class cache as the patched ``get`` uses it: the environment tables, ``get(trainable_cls)``
+    and a ``_cache`` dict on a new cache."""
+    if not isinstance(getattr(class_cache, "DEFAULT_ENV_VARS", None), dict) or not getattr(
+            class_cache, "ENV_VARS_TO_PROPAGATE", None):
+        return "Tune's trial-actor environment moved"
+    if problem := has(class_cache, "_ActorClassCache"):
+        return problem
+    cache_cls = class_cache._ActorClassCache
+    if problem := binds(getattr(cache_cls, "get", None), None, object):
+        return problem
+    return None if isinstance(getattr(cache_cls(), "_cache", None), dict) else "_ActorClassCache keeps no _cache dict"
 
 
 def _probe() -> str | None:
     from ray.tune.execution import class_cache
 
-    if not isinstance(getattr(class_cache, "DEFAULT_ENV_VARS", None), dict) or not getattr(
-            class_cache, "ENV_VARS_TO_PROPAGATE", None):
-        return "Tune's trial-actor environment moved"
-    return first(has(class_cache, "_ActorClassCache"), has(class_cache._ActorClassCache, "get"))
+    return check(class_cache)
 
 
 LEVER = Lever(name="tune_actors", package="ray", checked=("2.60.",),

@@ -11,22 +11,34 @@ Fallback: Tune's stock loggers (a restarted trial may lose its last rows of hist
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-from sweeps.execution.levers.core import Lever, first, takes
+from sweeps.execution.levers.core import Lever, binds, has
+
+
+def check(loggers: Iterable[Any], trial_cls: Any) -> str | None:
+    """Tune's loggers call ``self._restore_from_remote(file_name, trial)`` (the hook this lever overrides and
+    calls back), and a trial has the ``local_path`` the override reads."""
+    for logger in loggers:
+        hook = getattr(logger, "_restore_from_remote", None)
+        if hook is None:
+            return f"{logger.__name__} has no _restore_from_remote"
+        if problem := binds(hook, None, "result.json", None):
+            return problem
+        if "self._restore_from_remote(" not in inspect.getsource(logger):
+            return f"{logger.__name__} no longer calls _restore_from_remote"
+    return has(trial_cls, "local_path")
 
 
 def _probe() -> str | None:
-    from ray.tune.logger.logger import LoggerCallback
+    from ray.tune.experiment import Trial
 
-    hook = getattr(LoggerCallback, "_restore_from_remote", None) or getattr(
-        JsonLoggerCallback, "_restore_from_remote", None)
-    if hook is None:
-        return "Tune's logger callbacks have no _restore_from_remote"
-    return first(takes(hook, "file_name", "trial"))
+    return check([JsonLoggerCallback, CSVLoggerCallback], Trial)
 
 
 LEVER = Lever(name="tune_log_restore", package="ray", checked=("2.60.",),
