@@ -2,9 +2,10 @@
 and the sweep's slot-seconds split into starting, waiting and training (:meth:`Summary.split`).
 
 The stages are the ``startup/<stage>_s`` metrics the orchestrator logged on each trial's run
-(:mod:`sweeps.execution.tuning.startup`): read back from MLflow, the store users look at. A run's value is its
-trial's latest start. When MLflow cannot be read, the trials' own results (every start) stand in, and the
-section says so.
+(:mod:`sweeps.execution.tuning.startup`): read back from MLflow, the store users look at, every start of every
+trial (a run's latest values are its only start unless it carries ``startup/restart``: those runs' starts are
+read from their metric history). When MLflow cannot be read, the trials' own results (every start) stand in,
+and the section says so.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sweeps.execution.tuning.startup import STAGES, TOTAL, metric
+from sweeps.execution.tuning.startup import RESTART, STAGES, TOTAL, metric
 from sweeps.reports.outline import Section, Table, fmt
 from sweeps.reports.summary import Summary
 from sweeps.store import SweepRecord
@@ -22,14 +23,16 @@ from sweeps.store import SweepRecord
 log = logging.getLogger(__name__)
 
 WORDS = {
-    "pg_wait": "placement-group wait", "trial_actor": "trial actor", "train_controller": "Train controller",
+    "pg_wait": "placement-group wait (the trial's and its workers')", "trial_actor": "trial actor",
+    "train_controller": "Train controller",
     "worker_group": "worker group (processes, actors, torch process group)",
     "loop_setup": "loop set-up (to its first forward pass)", "first_epoch": "first epoch (to its first result)",
 }
 
 
 def from_mlflow(rec: SweepRecord) -> list[dict[str, float]]:
-    """Each trial run's ``startup/`` metrics (its latest start), read from the sweep's MLflow runs."""
+    """Every start's ``startup/`` metrics, read from the sweep's MLflow runs: a run's latest values, or, for a
+    run that started more than once, each start from its metric history."""
     from sweeps.tracking.client import client
 
     c = client(rec.tracking_uri)
@@ -38,10 +41,22 @@ def from_mlflow(rec: SweepRecord) -> list[dict[str, float]]:
     token = None
     while True:
         page = c.search_runs([rec.mlflow_experiment_id], query, max_results=1000, page_token=token)
-        out += [{k: float(v) for k, v in r.data.metrics.items() if k.startswith("startup/")} for r in page]
+        for r in page:
+            latest = {k: float(v) for k, v in r.data.metrics.items() if k.startswith("startup/")}
+            out += every_start(c, r.info.run_id, latest) if RESTART in latest else [latest]
         token = page.token
         if not token:
             return [m for m in out if TOTAL in m]
+
+
+def every_start(c: Any, run_id: str, latest: Mapping[str, float]) -> list[dict[str, float]]:
+    """Each start of one run: its ``startup/`` metrics' histories, grouped by the result that logged them
+    (one step and timestamp per result)."""
+    starts: dict[tuple[int, int], dict[str, float]] = {}
+    for key in latest:
+        for m in c.get_metric_history(run_id, key):
+            starts.setdefault((m.step, m.timestamp), {})[key] = float(m.value)
+    return [starts[k] for k in sorted(starts)]
 
 
 def from_results(records: Sequence[Any]) -> list[dict[str, float]]:
@@ -77,7 +92,7 @@ def section(rec: SweepRecord, records: Sequence[Any], summ: Summary) -> Section:
         bullets.append(f"the sweep's {summ.slots} slot(s) x {summ.wall_s:.1f} s wall: {words} (starting: "
                        f"{summ.starts_measured} start(s) until their first batch, less their wait for room; "
                        "training: the trials' training time; waiting: the rest)")
-    source = "the trials' MLflow runs (each trial's latest start)"
+    source = "the trials' MLflow runs (every start)"
     try:
         starts = from_mlflow(rec) if rec.parent_run_id and rec.mlflow_experiment_id else []
     except Exception as exc:  # a store down: the trials' results say the same

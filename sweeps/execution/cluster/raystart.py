@@ -123,6 +123,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     import ray
 
     _wait_stopped()  # a previous sweep's Ray may still be going (stop_in_background): never reuse it half-down
+    reset_peak_rss()  # this sweep's report states its own peak (a notebook kernel runs many)
     env = train_env(spec)
     for k, v in env.items():
         os.environ.setdefault(k, v)
@@ -309,3 +310,38 @@ def _shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
     loopback.leave_local()
+
+
+STATUS = "/proc/self/status"
+CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak-memory mark afresh (Linux: ``5`` to ``/proc/self/clear_refs`` resets
+    ``VmHWM`` to the current RSS); False where it cannot (another OS, no permission): the peak is then the
+    process's own, since it began."""
+    try:
+        with open(CLEAR_REFS, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory in MiB since :func:`reset_peak_rss` (``VmHWM``); where ``/proc`` has
+    none, its peak since it began (``getrusage``: KiB on Linux, bytes on macOS), or None."""
+    try:
+        with open(STATUS) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, ValueError):
+        return None
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)

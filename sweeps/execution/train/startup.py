@@ -4,11 +4,13 @@ Every start of a trial (the first, a retry, a PBT restart, a resume) carries, in
 points it passed on the way, under :data:`KEY` (a dict of ``time.time()`` values, never a metric):
 
 - ``fit`` (the trial driver, :mod:`sweeps.execution.train.trial`): ``TorchTrainer.fit()`` called; with
-  ``pg_wait_s``, how long GCS took to place the trial's placement group (``ray.util.placement_group_table``);
+  ``pg_wait_s``, how long GCS took to place the trial actor's placement group (``ray.util.placement_group_table``;
+  0 for a group this process reported before: a trial actor Tune reused waited for no room);
 - ``controller`` (the Train controller, :func:`sweeps.execution.train.bridge.bridge_callback`): the controller
   took its callbacks, i.e. its actor is up;
 - ``loop`` and ``forward`` (rank 0 of the Train workers, :func:`arm_worker`): the loop began; its model's first
-  forward pass began (torch's global forward pre-hook, removed once it fired);
+  forward pass began (torch's global forward pre-hook, removed once it fired); with ``workers_pg_wait_s``, how
+  long GCS took to place the worker group's placement group (the wait for room on a busy cluster);
 - ``report`` (the trial driver): the first report left for Tune.
 
 The sweep's driver (:mod:`sweeps.execution.tuning.startup`) turns them into ``startup/<stage>_s`` metrics.
@@ -31,19 +33,30 @@ def add(metrics: dict[str, Any], **points: float) -> dict[str, Any]:
     return out
 
 
+_reported: set[str] = set()  # the placement groups whose wait this process reported (a reused actor's is old)
+
+
 def pg_wait_s() -> float | None:
     """Seconds GCS took to create this actor's placement group (from its request to its placement), or None
-    outside one."""
+    outside one; 0 for a group whose wait this process reported already (Tune reused the actor: the group was
+    placed for an earlier trial)."""
+    import ray
     import ray.util
 
+    if not ray.is_initialized():  # outside Ray (ray.util would start one)
+        return None
     try:
         pg = ray.util.get_current_placement_group()
         if pg is None:
             return None
+        if pg.id.hex() in _reported:
+            return 0.0
         stats = ray.util.placement_group_table(pg).get("stats") or {}
-        return float(stats["end_to_end_creation_latency_ms"]) / 1000.0
+        waited = float(stats["end_to_end_creation_latency_ms"]) / 1000.0
     except Exception:  # noqa: BLE001 - a figure we cannot read is left out, never a failed trial
         return None
+    _reported.add(pg.id.hex())
+    return waited
 
 
 def _first_forward(points: dict[str, float]) -> Callable[[], None]:
@@ -82,7 +95,8 @@ def arm_worker(rank: int, loop_start: float, skip: str) -> Callable[[], None]:
         if not sent and skip not in metrics:
             sent = True
             unhook()
-            metrics = add(metrics, **points)
+            waited = pg_wait_s()  # the worker group's own group: read once the first epoch is done, off the start
+            metrics = add(metrics, **points, **({} if waited is None else {"workers_pg_wait_s": waited}))
         return original(metrics, *args, **kwargs)
 
     ray.train.report = report

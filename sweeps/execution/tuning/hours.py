@@ -39,10 +39,12 @@ class Ledger:
         self.budget, self.cpus, self.gpus, self.epochs = budget, cpus, gpus, epochs
         self.prior = prior_hours  # CPU- and GPU-hours of the sweep's earlier runs (resume, extend)
         self.estimate_s = trial_s  # one trial's seconds in the experiment's previous sweep, when known
-        self.held: dict[str, float] = {}  # trial -> seconds held in closed intervals
+        self.held: dict[str, float] = {}  # unfinished trial -> seconds held in closed intervals
         self.open: dict[str, float] = {}  # trial -> when its current interval began
-        self.iterations: dict[str, int] = {}
-        self.ended: set[str] = set()
+        self.iterations: dict[str, int] = {}  # unfinished trial -> its latest training iteration
+        self.ended: set[str] = set()  # the ids only (the gated searcher asks); their seconds are summed below
+        self.ended_s = 0.0  # the seconds the ended trials held, in all
+        self.ended_n = 0
         self.waiting = 0  # trials Tune created but has not started (PENDING)
         self.said = False
         return self
@@ -58,8 +60,13 @@ class Ledger:
         began = self.open.pop(trial_id, None)
         if began is not None:
             self.held[trial_id] = self.held.get(trial_id, 0.0) + max(now - began, 0.0)
-        if ended:
+        if ended and trial_id not in self.ended:
+            # an ended trial's seconds go into the sums: a sweep of thousands of trials keeps per-trial figures
+            # for its unfinished ones only
             self.ended.add(trial_id)
+            self.ended_s += self.held.pop(trial_id, 0.0)
+            self.ended_n += 1
+            self.iterations.pop(trial_id, None)
 
     def held_s(self, trial_id: str, now: float) -> float:
         began = self.open.get(trial_id)
@@ -68,15 +75,14 @@ class Ledger:
     def used_hours(self, now: float | None = None) -> tuple[float, float]:
         """(CPU-hours, GPU-hours) the sweep's trials held so far, earlier runs included."""
         now = time.time() if now is None else now
-        seconds = sum(self.held_s(t, now) for t in {*self.held, *self.open})
+        seconds = self.ended_s + sum(self.held_s(t, now) for t in {*self.held, *self.open})
         return self.prior[0] + seconds * self.cpus / 3600, self.prior[1] + seconds * self.gpus / 3600
 
     def trial_s(self, now: float) -> float | None:
         """One trial's seconds: the mean of the ended ones, else the running ones' projection, else the
         previous sweep's; None when nothing is known yet."""
-        ended = [self.held_s(t, now) for t in self.ended]
-        if ended:
-            return sum(ended) / len(ended)
+        if self.ended_n:
+            return self.ended_s / self.ended_n
         projected = [self.held_s(t, now) / n * self.epochs for t, n in self.iterations.items()
                      if self.epochs and n and t in self.open]
         return sum(projected) / len(projected) if projected else self.estimate_s
@@ -157,7 +163,8 @@ def ledger_callback(ledger: Ledger, save: Any = None) -> Any:
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
-            ledger.iterations[trial.trial_id] = int(result.get("training_iteration", 0))
+            if trial.trial_id not in ledger.ended:
+                ledger.iterations[trial.trial_id] = int(result.get("training_iteration", 0))
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             ledger.stop(trial.trial_id, time.time(), ended=True)

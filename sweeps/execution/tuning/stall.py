@@ -59,6 +59,12 @@ class Watch:
                 self.last_report[trial_id] = now
         self.last_progress = now
 
+    def forget(self, trial_id: str) -> None:
+        """The trial ended: its start and last report are no longer needed (a sweep of thousands of trials keeps
+        only its unfinished ones')."""
+        self.started.pop(trial_id, None)
+        self.last_report.pop(trial_id, None)
+
     def quiet_for(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.last_progress
 
@@ -153,9 +159,11 @@ def watchdog_callback(watch: Watch) -> Any:
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             watch.progress()
+            watch.forget(trial.trial_id)
 
         def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             watch.progress()
+            watch.forget(trial.trial_id)
 
         def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
             now = time.time()
