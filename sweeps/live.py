@@ -27,8 +27,20 @@ def folder(experiment_dir: str) -> str:
     return uris.join(experiment_dir, FOLDER)
 
 
+def write_atomic(location: str, data: bytes) -> None:
+    """Write ``data`` so that a reader sees the old file or the new one, never a part: a temporary name then a
+    rename on local disk; on an object store one put is atomic already."""
+    if uris.is_remote(location):
+        uris.write_bytes(location, data)
+        return
+    fs, path = uris.filesystem(location)
+    tmp = f"{location}.tmp-{secrets.token_hex(4)}"
+    uris.write_bytes(tmp, data)
+    fs.move(uris.filesystem(tmp)[1], path)
+
+
 def _write_json(location: str, data: dict[str, Any]) -> None:
-    uris.write_bytes(location, json.dumps(data, indent=1, sort_keys=True, default=str).encode())
+    write_atomic(location, json.dumps(data, indent=1, sort_keys=True, default=str).encode())
 
 
 def _read_json(location: str) -> dict[str, Any] | None:
@@ -79,9 +91,15 @@ def requests(experiment_dir: str) -> list[dict[str, Any]]:
 
 
 def answer(experiment_dir: str, request_id: str, state: str, why: str = "") -> None:
-    """The driver's answer to a request: ``accepted``, ``applied`` or ``refused`` (and why)."""
-    _write_json(uris.join(folder(experiment_dir), "answers", f"{request_id}.json"),
-                {"id": request_id, "state": state, "why": why, "at": time.time(), "by": lease.me().label()})
+    """The driver's answer to a request: ``accepted``, ``applied`` or ``refused`` (and why). A later answer to
+    the same request (``applied`` after ``accepted``) keeps the earlier one's time and words
+    (``accepted_at``, ``accepted_why``) beside its own."""
+    location = uris.join(folder(experiment_dir), "answers", f"{request_id}.json")
+    now = time.time()
+    before = _read_json(location) or {}
+    kept = {k: v for k, v in before.items() if k.endswith(("_at", "_why"))}
+    _write_json(location, {**kept, "id": request_id, "state": state, "why": why, "at": now,
+                           f"{state}_at": now, f"{state}_why": why, "by": lease.me().label()})
 
 
 def read_answer(experiment_dir: str, request_id: str) -> dict[str, Any] | None:
@@ -97,8 +115,14 @@ def answered(experiment_dir: str) -> set[str]:
 
 
 def driver_alive(status: dict[str, Any], now: float | None = None) -> bool:
-    """Whether the driver that wrote ``status`` may still run it (its lease, on any host's clock)."""
+    """Whether the driver that wrote ``status`` may still run it: its lease, on any host's clock; and on the
+    driver's own host (the same boot and pid namespace) its pid decides at once (:func:`sweeps.lease.alive`), so
+    a killed driver is seen gone without waiting for its lease to expire."""
     driver = status.get("driver") or {}
     expires = driver.get("lease_expires")
-    return status.get("state") in ("running", "paused", "stopping") and isinstance(expires, int | float) and \
-        expires > (time.time() if now is None else now)
+    if status.get("state") not in ("running", "paused", "stopping") or not isinstance(expires, int | float):
+        return False
+    pid = driver.get("pid")
+    holder = lease.Holder(str(driver.get("host") or ""), pid if isinstance(pid, int) else None,
+                          str(driver.get("token") or ""), str(driver.get("proc") or ""))
+    return lease.alive(holder, expires, time.time() if now is None else now)

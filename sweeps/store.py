@@ -61,10 +61,20 @@ class SweepRecord:
     per_trial: dict[str, float] = field(default_factory=dict)  # what one trial holds (execution.plan.per_trial)
     listeners: str = ""  # where the sweep's processes listen (execution.loopback.listeners): a line of the report
     driver_peak_rss_mb: float | None = None  # the driver process's peak resident memory (its OS's figure)
+    # the seconds sweep.time_budget_s counted, over every run (wall time less pauses with nothing running)
+    running_s: float | None = None
+    live_state: str = ""  # "paused" while an operator's pause holds the running sweep (sweeps pause)
 
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""
         return self.status == "running" and lease.owner_alive(self.driver, self.lease_expires)
+
+    def state_word(self) -> str:
+        """The sweep's state for ``sweeps list``: a running sweep whose driver lives is "running (live)", or
+        "paused (live)" while an operator's pause holds it (``live_state``, kept by its driver)."""
+        if self.status != "running" or not self.owner_alive():
+            return self.status
+        return f"{'paused' if self.live_state == 'paused' else 'running'} (live)"
 
     @property
     def driver(self) -> lease.Holder:

@@ -87,36 +87,131 @@ def test_with_the_lever_off_the_resume_says_what_will_differ(monkeypatch: pytest
     assert "SWEEPS_LEVERS_OFF" in said and "brackets empty" in said and "not judged against" in said
 
 
+def test_a_state_that_cannot_be_put_back_is_said_in_one_line_never_raised() -> None:
+    from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
+
+    asha = ASHAScheduler(time_attr="training_iteration", max_t=6)
+    state = {**schedstate.snapshot(asha), "data": b"\x80\x04truncated"}
+    why = schedstate.apply(ASHAScheduler(time_attr="training_iteration", max_t=6), state, {})
+    assert why and "could not be put back" in why, why
+    hb = schedstate.snapshot(HyperBandScheduler(max_t=6))
+    why = schedstate.apply(HyperBandScheduler(max_t=6), {**hb, "data": b"garbage"}, {})
+    assert why and "could not be put back" in why, why
+    said = schedstate.differs("AsyncHyperBandScheduler", why)
+    assert "\n" not in said and "its rungs empty" in said and "could not be put back" in said
+
+
+def test_extend_reads_the_newest_saved_scheduler_state_of_any_experiment_or_the_kept_one(tmp_path: Path) -> None:
+    import ray.cloudpickle as cloudpickle
+
+    state = {schedstate.MARK: True, "kind": "ASHAScheduler", "how": "own", "data": b"x"}
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "experiment_state-a.json").write_text("{}")
+    (first / "callback-states-a.pkl").write_bytes(cloudpickle.dumps({0: None, 3: state}))
+    assert schedstate.saved_state([str(first), str(second)]) == state, "an extension that saved none: the run before"
+    (second / "experiment_state-b.json").write_text("{}")
+    (second / "callback-states-b.pkl").write_bytes(cloudpickle.dumps({3: {**state, "data": b"y"}}))
+    assert schedstate.saved_state([str(first), str(second)])["data"] == b"y"
+    assert recovery.keep_state(str(second))
+    (second / "callback-states-b.pkl").write_bytes(b"\x80")  # damaged: the copy kept with its set
+    assert schedstate.saved_state([str(first), str(second)])["data"] == b"y"
+
+
 def _experiment(tmp_path: Path) -> Path:
     exp = tmp_path / "exp"
     exp.mkdir()
     (exp / "tuner.pkl").write_bytes(pickle.dumps({"tuner": 1}))
     (exp / "experiment_state-2026-01-01.json").write_text(json.dumps({"trial_data": []}))
+    (exp / "searcher-state-2026-01-01.pkl").write_bytes(pickle.dumps({"searcher": 1}))
     (exp / "callback-states-2026-01-01.pkl").write_bytes(pickle.dumps({0: {"x": 1}}))
     recovery.keep_tuner(str(exp))
-    recovery.keep_state(str(exp))
+    assert recovery.keep_state(str(exp))
     return exp
 
 
-def test_damaged_state_files_come_back_from_the_kept_copies_or_are_set_aside(tmp_path: Path) -> None:
+def _left(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
+
+
+def test_the_state_set_is_kept_whole_in_one_atomic_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps import uris
+
     exp = _experiment(tmp_path)
-    assert recovery.repair(str(exp)) == [], "nothing damaged: nothing changed"
-    (exp / "tuner.pkl").write_bytes(b"\x80\x04trunc")
-    (exp / "experiment_state-2026-01-01.json").write_text('{"trial_data": [')
+    good = exp / recovery.GOOD
+    assert sorted(p.name for p in good.iterdir()) == [recovery.SET, "tuner.pkl"] and not _left(good)
+    kept = recovery.kept_set(str(exp))
+    assert kept is not None and sorted(kept.files) == ["callback-states-2026-01-01.pkl",
+                                                       "experiment_state-2026-01-01.json",
+                                                       "searcher-state-2026-01-01.pkl"]
+    before = (good / recovery.SET).read_bytes()
+    (exp / "experiment_state-2026-01-01.json").write_text(json.dumps({"trial_data": [1]}))
+    real = uris.write_bytes
+
+    def cut_short(location: str, data: bytes) -> None:  # a full disk: half written, then the error
+        real(location, data[: len(data) // 2])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(uris, "write_bytes", cut_short)
+    with pytest.raises(OSError):
+        recovery.keep_state(str(exp))
+    monkeypatch.setattr(uris, "write_bytes", real)
+    assert (good / recovery.SET).read_bytes() == before, "the last good set is still whole"
     (exp / "callback-states-2026-01-01.pkl").write_bytes(b"\x80")
-    notes = recovery.repair(str(exp))
-    assert any("tuner.pkl was damaged: put back" in n for n in notes), notes
-    assert any("the last good copy is back" in n and "results of the last" in n for n in notes), notes
-    assert any("callback-states-2026-01-01.pkl was damaged and is set aside" in n for n in notes), notes
-    assert pickle.loads((exp / "tuner.pkl").read_bytes()) == {"tuner": 1}
-    assert json.loads((exp / "experiment_state-2026-01-01.json").read_text()) == {"trial_data": []}
-    assert not (exp / "callback-states-2026-01-01.pkl").exists()
-    assert (exp / "callback-states-2026-01-01.pkl.damaged").exists() and (exp / "tuner.pkl.damaged").exists()
+    assert not recovery.keep_state(str(exp)), "a set with a damaged part is not kept"
 
 
-def test_damaged_state_with_no_good_copy_is_refused_naming_the_file_and_the_way_out(tmp_path: Path) -> None:
+def test_a_damaged_scheduler_state_comes_back_with_its_set_and_nothing_is_lost(tmp_path: Path) -> None:
     exp = _experiment(tmp_path)
+    assert recovery.repair(str(exp), "s-1") == [], "nothing damaged: nothing changed"
+    (exp / "tuner.pkl").write_bytes(b"\x80\x04trunc")
+    (exp / "callback-states-2026-01-01.pkl").write_bytes(b"\x80")
+    notes = recovery.repair(str(exp), "s-1")
+    assert any("tuner.pkl was damaged: put back" in n for n in notes), notes
+    assert any("callback-states-2026-01-01.pkl was damaged: put back" in n and "nothing is lost" in n
+               for n in notes), notes
+    assert pickle.loads((exp / "tuner.pkl").read_bytes()) == {"tuner": 1}
+    assert pickle.loads((exp / "callback-states-2026-01-01.pkl").read_bytes()) == {0: {"x": 1}}
+    assert (exp / "damaged-callback-states-2026-01-01.pkl").exists() and (exp / "damaged-tuner.pkl").exists()
+    assert recovery.repair(str(exp), "s-1") == [], "the set-aside copies are not taken for state files"
+
+
+def test_a_damaged_experiment_state_brings_the_kept_set_back_and_says_what_is_lost(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    (exp / "callback-states-2026-01-01.pkl").write_bytes(pickle.dumps({0: {"x": 2}}))  # newer than the kept set
+    (exp / "experiment_state-2026-01-01.json").write_text('{"trial_data": [')
+    notes = recovery.repair(str(exp), "s-1")
+    assert len(notes) == 1 and "the last good copies of the experiment state and the searcher's and scheduler's " \
+        "states (kept together) are back" in notes[0] and "results of the last" in notes[0], notes
+    assert json.loads((exp / "experiment_state-2026-01-01.json").read_text()) == {"trial_data": []}
+    assert pickle.loads((exp / "callback-states-2026-01-01.pkl").read_bytes()) == {0: {"x": 1}}, "with its set"
+
+
+def test_a_damaged_scheduler_state_with_no_kept_set_is_set_aside_with_every_older_one(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    (exp / recovery.GOOD / recovery.SET).unlink()
+    (exp / "callback-states-2025-12-31.pkl").write_bytes(pickle.dumps({0: {"x": 0}}))  # an earlier run's
+    (exp / "callback-states-2026-01-01.pkl").write_bytes(b"\x80")
+    (notes,) = [recovery.repair(str(exp), "s-1")]
+    assert len(notes) == 1 and "no good copy was kept: the scheduler starts with its state empty" in notes[0], notes
+    assert not list(exp.glob("callback-states-*.pkl")), "Tune would restore an earlier run's stale state"
+
+
+def test_damaged_state_with_no_good_copy_names_the_sweep_and_extend_as_the_way_out(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    assert recovery.unrestorable(str(exp)) is None
     (exp / "sweeps-good" / "tuner.pkl").unlink()
     (exp / "tuner.pkl").write_bytes(b"\x80")
-    with pytest.raises(BadInput, match=r"tuner.pkl is damaged and no good copy was kept.*sweeps sync.*extend"):
-        recovery.repair(str(exp))
+    assert "tuner.pkl is damaged and no good copy was kept" in (recovery.unrestorable(str(exp)) or "")
+    with pytest.raises(BadInput, match=r"tuner.pkl is damaged and no good copy.*`python -m sweeps extend s-1 "
+                                       r"--more-trials N` continues the search in a new experiment") as err:
+        recovery.repair(str(exp), "s-1")
+    assert "SWEEP_ID " not in str(err.value) and "sync" not in str(err.value)
+    (tmp_path / "b").mkdir()
+    exp2 = _experiment(tmp_path / "b")
+    (exp2 / recovery.GOOD / recovery.SET).unlink()
+    (exp2 / "experiment_state-2026-01-01.json").write_text("{")
+    assert "experiment_state-2026-01-01.json is damaged and no good copy" in (recovery.unrestorable(str(exp2)) or "")
+    assert recovery.set_aside(str(exp2)) == ["experiment_state-2026-01-01.json"]
+    assert not list(exp2.glob("experiment_state-*")), "the reports skip an experiment they cannot read"

@@ -161,13 +161,14 @@ def status(sweep: str = "latest") -> dict[str, Any]:
     return operate.status(sweep)
 
 
-def stop(sweep: str = "latest", *, now: bool = False) -> dict[str, Any]:
-    """Stop a running sweep: gracefully (no trial starts; running trials end at their next report), or ``now``.
-    The sweep ends as after SIGTERM (status interrupted, resumable). Returns the driver's answer; raises BadInput
-    when it cannot apply (not running, a stop already pending)."""
+def stop(sweep: str = "latest", *, now: bool = False, wait_s: float = 300.0) -> dict[str, Any]:
+    """Stop a running sweep: gracefully (no trial starts; running trials end once they saved a checkpoint again),
+    or ``now``. The sweep ends as after SIGTERM (status interrupted, resumable). Returns the driver's answer,
+    ``applied`` once the sweep stops (waited for up to ``wait_s``; 0: the first answer, ``accepted``); raises
+    BadInput when it cannot apply (not running, a stop already pending, its driver gone)."""
     from sweeps.ops import operate
 
-    return operate.send(sweep, "stop_now" if now else "stop")
+    return operate.send(sweep, "stop_now" if now else "stop", wait_applied_s=wait_s)
 
 
 def pause(sweep: str = "latest") -> dict[str, Any]:

@@ -57,6 +57,9 @@ def format_status(s: dict[str, Any]) -> str:
         lines.append(f"  paused   : by {s['paused'].get('by')} since {_clock(s['paused'].get('since'))}")
     if s.get("stopping"):
         lines.append(f"  stopping : asked by {s['stopping'].get('by')} at {_clock(s['stopping'].get('since'))}")
+    if s.get("stopped"):
+        lines.append(f"  stopped  : by {s['stopped'].get('by')} at {_clock(s['stopped'].get('at'))}"
+                     + (" (--now)" if s["stopped"].get("now") else ""))
     for tid, stop in (s.get("trial_stops") or {}).items():
         lines.append(f"  stopped  : trial {tid} by {stop.get('by')} at {_clock(stop.get('at'))}")
     return "\n".join(lines)
@@ -77,20 +80,27 @@ def cli_status(args: argparse.Namespace) -> int:
         time.sleep(2.0)
 
 
+STOP_WAIT_S = 300.0  # a graceful stop waits for each running trial's next checkpoint
+TRIAL_STOP_WAIT_S = 60.0
+
+
 def _send(args: argparse.Namespace, verb: str, trial_id: str | None = None, wait_applied_s: float = 0.0) -> int:
     from sweeps.ops import operate
 
     answer = operate.send(args.sweep, verb, trial_id)
-    print(f"{verb} sweep {answer['sweep_id']}: {answer.get('state')} ({answer.get('why')})")
+    print(f"{verb} sweep {answer['sweep_id']}: {answer.get('state')} ({answer.get('why')})", flush=True)
     if wait_applied_s and answer.get("state") == "accepted":
         done = operate.wait_applied(args.sweep, answer, wait_applied_s)
         if done.get("state") == "applied":
             print(f"  applied: {done.get('why')}")
+        else:
+            print(f"  not applied within {wait_applied_s:.0f} s (it applies when it can): see `python -m sweeps "
+                  f"status {answer['sweep_id']}`")
     return 0
 
 
 def cli_stop(args: argparse.Namespace) -> int:
-    return _send(args, "stop_now" if args.now else "stop")
+    return _send(args, "stop_now" if args.now else "stop", wait_applied_s=STOP_WAIT_S)
 
 
 def cli_pause(args: argparse.Namespace) -> int:
@@ -102,4 +112,4 @@ def cli_unpause(args: argparse.Namespace) -> int:
 
 
 def cli_trial(args: argparse.Namespace) -> int:
-    return _send(args, "trial_stop", args.trial_id, wait_applied_s=60.0)
+    return _send(args, "trial_stop", args.trial_id, wait_applied_s=TRIAL_STOP_WAIT_S)

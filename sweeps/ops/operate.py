@@ -23,7 +23,10 @@ def locate(ref: str) -> tuple[str, str]:
             raise BadInput(f"SWEEP: {ref} holds no sweep status ({live.FOLDER}/status.json); name a sweep's "
                            f"experiment folder (storage.path/<sweep id>), or a sweep id of `python -m sweeps list`")
         return str(status.get("sweep_id") or uris.basename(ref)), ref
-    rec = store.load(ref)
+    try:
+        rec = store.load(ref)
+    except BadInput as exc:  # the command's argument is SWEEP: name it so
+        raise BadInput(str(exc).replace("SWEEP_ID:", "SWEEP:", 1)) from None
     return rec.sweep_id, rec.experiment_dirs[-1]
 
 
@@ -42,30 +45,54 @@ def status(ref: str) -> dict[str, Any]:
     return {**found, "alive": alive, "experiment_dir": where}
 
 
-def send(ref: str, verb: str, trial_id: str | None = None, wait_s: float = ANSWER_WAIT_S) -> dict[str, Any]:
-    """Send ``verb`` to the running sweep and return its driver's answer; BadInput for a request that cannot
-    apply (nothing is sent then), or that the driver refused."""
+def _gone(sweep_id: str, current: dict[str, Any]) -> BadInput:
+    return BadInput(f"SWEEP: sweep {sweep_id} is not running ({current.get('state')}"
+                    f"{'; ' + current['state_note'] if current.get('state_note') else ''}); `python -m sweeps "
+                    f"resume {sweep_id}` continues it, `python -m sweeps sync {sweep_id}` closes its runs")
+
+
+def send(ref: str, verb: str, trial_id: str | None = None, wait_s: float = ANSWER_WAIT_S,
+         wait_applied_s: float = 0.0) -> dict[str, Any]:
+    """Send ``verb`` to the running sweep and return its driver's answer (with ``wait_applied_s``, its
+    ``applied`` answer once it comes, else the ``accepted`` one); BadInput for a request that cannot apply
+    (nothing is sent then), that the driver refused, or whose driver is gone."""
     current = status(ref)
     sweep_id = current["sweep_id"]
     if not current["alive"]:
-        raise BadInput(f"SWEEP: sweep {sweep_id} is not running ({current.get('state')}"
-                       f"{'; ' + current['state_note'] if current.get('state_note') else ''}); `python -m sweeps "
-                       f"resume {sweep_id}` continues it, `python -m sweeps sync {sweep_id}` closes its runs")
+        raise _gone(sweep_id, current)
     if current.get("stopping") and verb != "stop_now":
         raise BadInput(f"SWEEP: sweep {sweep_id} is already stopping (asked by {current['stopping'].get('by')}); "
                        f"`python -m sweeps stop {sweep_id} --now` ends it at once")
-    request_id = live.submit(current["experiment_dir"], verb, str(current.get("run")), trial_id)
+    where = current["experiment_dir"]
+    request_id = live.submit(where, verb, str(current.get("run")), trial_id)
+    answer = _wait_answer(where, request_id, wait_s)
+    if answer is None:
+        now = status(ref)
+        if not now["alive"]:  # it died meanwhile (its lease expired, or its pid is gone)
+            raise _gone(sweep_id, now)
+        raise SweepsError(f"{verb}: sweep {sweep_id}'s driver did not answer within {wait_s:.0f} s (request "
+                          f"{request_id}); it answers when it next reads its requests: see `python -m sweeps "
+                          f"status {sweep_id}`")
+    if answer.get("state") == "refused":
+        raise BadInput(f"{verb}: sweep {sweep_id} refused it: {answer.get('why')}")
+    out = {**answer, "sweep_id": sweep_id, "verb": verb}
+    if wait_applied_s and out.get("state") == "accepted":
+        out = wait_applied(ref, out, wait_applied_s)
+    return out
+
+
+def _wait_answer(where: str, request_id: str, wait_s: float) -> dict[str, Any] | None:
+    """The driver's answer, or None after ``wait_s``, or at once when the driver is provably gone."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        answer = live.read_answer(current["experiment_dir"], request_id)
+        answer = live.read_answer(where, request_id)
         if answer is not None:
-            if answer.get("state") == "refused":
-                raise BadInput(f"{verb}: sweep {sweep_id} refused it: {answer.get('why')}")
-            return {**answer, "sweep_id": sweep_id, "verb": verb}
+            return answer
+        found = live.read_status(where)
+        if found is not None and not live.driver_alive(found):
+            return live.read_answer(where, request_id)  # one it wrote just before it ended, else none
         time.sleep(0.5)
-    raise SweepsError(f"{verb}: sweep {sweep_id}'s driver did not answer within {wait_s:.0f} s (request "
-                      f"{request_id}); it answers when it next reads its requests: see `python -m sweeps status "
-                      f"{sweep_id}`")
+    return None
 
 
 def wait_applied(ref: str, answer: dict[str, Any], timeout_s: float) -> dict[str, Any]:

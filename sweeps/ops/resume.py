@@ -2,7 +2,9 @@
 
 Both rebuild the spec from the sweep's stored overrides (plus any new ones) and refuse when what defines
 the sweep changed (search space, metric, mode, scheduler, searcher, trainable: the config digest).
-Both reuse the sweep's MLflow parent run and its child runs: no duplicates.
+Both reuse the sweep's MLflow parent run and its child runs: no duplicates. Both carry what the sweep knows into
+the new run: the scheduler's state with the trials it names (from every experiment of the sweep), the trials of
+the earlier experiments for the status line, the hours and the seconds the sweep's budgets counted so far.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     """Continue an interrupted sweep from Tune's saved experiment state.
 
     Finished trials are kept; unfinished ones continue from their last checkpoint; errored ones are
-    resumed from their last checkpoint when ``retry_errored``. The searcher's state is restored by Tune.
+    resumed from their last checkpoint when ``retry_errored``. The searcher's state is restored by Tune, the
+    scheduler's by the sweep (:mod:`sweeps.execution.tuning.schedstate`).
     """
     from ray import tune
 
@@ -47,22 +50,29 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
         raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} already finished; use `python -m sweeps extend "
                        f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
     spec = spec_for(rec, extra or [])
-    recovery.repair(exp_dir)  # damaged state: the last good copy back, or one line saying why not (exit 2)
+    notes = recovery.repair(exp_dir, rec.sweep_id)  # the last good copy back, or one line saying why not (exit 2)
     if not tune.Tuner.can_restore(exp_dir):
-        raise BadInput(f"SWEEP_ID: no resumable Tune state in {exp_dir} (the driver died before Tune saved "
-                       f"its first snapshot); start the sweep again")
+        raise BadInput(recovery.way_out(rec.sweep_id, f"no resumable Tune state in {exp_dir} (the driver died "
+                                                      f"before Tune saved its first snapshot)"))
     with launched(spec) as (the_plan, c):
         _reopen_parent(c, rec)
-        rec = claim(rec.sweep_id, status="running")
+        rec = claim(rec.sweep_id, status="running", live_state="")
         # A killed driver's last saved state may name a latest checkpoint that Tune deleted after saving it.
         keeper.restore_kept(exp_dir)
         tracker = runner.make_tracker(spec, rec)
         # The restored Tuner's callbacks are handles (sweeps.execution.tuning.session): registered here first,
-        # the tracker (same parent run), the status line, the watchdog and the hours ledger (from the hours the
-        # sweep held so far: a budget is the sweep's, across resume and extend) are this run's.
+        # the tracker (same parent run), the status line, the watchdog and the budgets (the hours and seconds
+        # the sweep counted so far: a budget is the sweep's, across resume and extend) are this run's.
         run_name = uris.basename(exp_dir)
+        tuner_mod.limit_pending(the_plan)  # as the first run did: Tune queues no more trials than run at once
         callbacks.register(spec, the_plan, rec.sweep_id, run_name, [tracker])
-        session.session(run_name).extras["resumed"] = True  # the scheduler's saved state comes back
+        callbacks.carry_budget(run_name, rec)
+        extras = session.session(run_name).extras
+        extras["resumed"] = True  # the scheduler's saved state comes back
+        extras["earlier_trials"] = earlier_trials(rec.experiment_dirs[:-1])  # an interrupted extension's
+        lost = [n for n in notes if n.startswith(recovery.CALLBACK_PREFIX) and "no good copy" in n]
+        if lost:
+            extras["scheduler_lost"] = "its saved state was damaged and no good copy was kept"
         tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
                                    resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
@@ -70,40 +80,69 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
 
 
 def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> runner.Outcome:
-    """Add ``more_trials`` trials to a finished sweep, suggested by its restored searcher."""
-    from sweeps.execution.tuning import searchers
+    """Add ``more_trials`` trials to a finished sweep, suggested by its restored searcher and judged by its
+    scheduler's state. An interrupted sweep whose Tune state cannot be restored (damaged, no good copy) is
+    extended too: that is its way out (its damaged files are set aside, its trials stay in its results)."""
+    from sweeps.execution.tuning import callbacks, recovery, session
     from sweeps.execution.tuning import tuner as tuner_mod
 
     if more_trials < 1:
         raise BadInput(f"--more-trials: must be >= 1, got {more_trials}")
     rec = store.load(sweep_id)
     refuse_if_live(rec, "extend")
-    if rec.status == "running":
-        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} is still running or was interrupted; "
-                       f"finish it first with `python -m sweeps resume {rec.sweep_id}`")
-    if rec.status == "interrupted":
-        raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} was interrupted; `python -m sweeps resume "
-                       f"{rec.sweep_id}` finishes it, then extend")
+    if rec.status in ("running", "interrupted"):  # "running" with no live driver: one that was killed
+        why = recovery.unrestorable(rec.experiment_dirs[-1])
+        if why is None:
+            raise BadInput(f"SWEEP_ID: sweep {rec.sweep_id} was interrupted; `python -m sweeps resume "
+                           f"{rec.sweep_id}` finishes it, then extend")
+        aside = recovery.set_aside(rec.experiment_dirs[-1])
+        log.warning("sweep %s cannot be resumed (%s)%s: the extension continues its search in a new experiment",
+                    rec.sweep_id, why, f"; set aside: {', '.join(aside)}" if aside else "")
     spec = spec_for(rec, extra or [])
+    _refuse_spent_time(spec, rec)
     generation = len(rec.experiment_dirs)
     name = f"{rec.sweep_id}-ext{generation}"
     before = rec
     new_dir = uris.join(spec.storage_path, name)
     with launched(spec) as (the_plan, c):
-        searcher = searchers.restored_searcher(spec, 0,
-                                               rec.experiment_dirs[-1], generation=generation)
+        searcher = _searcher(spec, rec.experiment_dirs, generation)
         try:
             _reopen_parent(c, rec)
-            rec = claim(rec.sweep_id, status="running", experiment_dirs=[*rec.experiment_dirs, new_dir])
+            rec = claim(rec.sweep_id, status="running", live_state="", experiment_dirs=[*rec.experiment_dirs, new_dir])
             tracker = runner.make_tracker(spec, rec)
             tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
-                                          num_samples=more_trials, name=name)
-            carry_scheduler(name, rec.experiment_dirs[-2])
+                                          num_samples=more_trials, name=name, max_trials=more_trials)
+            carry_scheduler(name, rec.experiment_dirs[:-1])
+            callbacks.carry_budget(name, rec)
+            session.session(name).extras["planned"] = len(session.earlier(name)) + more_trials
             log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
                      more_trials, spec.searcher_name, rec.experiment_dirs[-2])
             return runner.fit_and_finish(spec, rec, tuner, tracker, c)
         finally:
             _roll_back_unstarted(before, new_dir, c)
+
+
+def _refuse_spent_time(spec: Any, rec: store.SweepRecord) -> None:
+    """A time budget is the sweep's across its runs: an extension of a sweep that spent it would run nothing."""
+    budget, used = spec.sweep.time_budget_s, rec.running_s if rec.running_s is not None else rec.wall_s
+    if budget is not None and used is not None and used >= budget:
+        raise BadInput(f"sweep.time_budget_s: sweep {rec.sweep_id} has spent its time budget ({used:.0f} s of "
+                       f"{budget:g} s; the budget counts every run of the sweep); raise it to extend: `python -m "
+                       f"sweeps extend {rec.sweep_id} --more-trials N sweep.time_budget_s={int(used) + 600}`")
+
+
+def _searcher(spec: Any, experiment_dirs: list[str], generation: int) -> Any:
+    """The searcher restored from the newest experiment whose saved searcher reads; a fresh one (said) if none."""
+    from sweeps.execution.tuning import searchers
+
+    for experiment_dir in reversed(experiment_dirs):
+        try:
+            return searchers.restored_searcher(spec, 0, experiment_dir, generation=generation)
+        except Exception as exc:  # damaged or missing: an earlier experiment's may do
+            log.debug("the searcher of %s could not be restored (%s)", experiment_dir, exc)
+    log.warning("no saved state of the %s searcher could be read: it starts afresh (its suggestions do not know "
+                "the trials so far)", spec.searcher_name)
+    return searchers.build_searcher(spec, 0)
 
 
 def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> None:
@@ -126,18 +165,37 @@ def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> Non
                 before.sweep_id, before.status)
 
 
-def carry_scheduler(name: str, earlier_dir: str) -> None:
-    """``extend``: the new run's scheduler starts from the one the sweep's last run saved, with that run's
-    trials, so the added trials are judged against the trials already run."""
+def earlier_trials(experiment_dirs: list[str]) -> list[Any]:
+    """Tune's trials of the sweep's earlier experiments (each over: a trial a scheduler left PAUSED counts as
+    TERMINATED, as the reports count it), read from their saved states; an unreadable one is left out, said."""
     from ray.tune import ExperimentAnalysis
 
+    out: list[Any] = []
+    for experiment_dir in experiment_dirs:
+        try:
+            trials = ExperimentAnalysis(experiment_dir).trials
+        except Exception as exc:  # a damaged or missing state: those trials are not counted here
+            log.warning("could not read the trials of %s (%s): the status line and the scheduler leave them out",
+                        experiment_dir, exc)
+            continue
+        for t in trials:
+            if t.status == "PAUSED":
+                t.set_status("TERMINATED")
+        out.extend(trials)
+    return out
+
+
+def carry_scheduler(name: str, earlier_dirs: list[str]) -> None:
+    """``extend``: the new run's scheduler starts from the state the sweep's last run saved, with the trials of
+    every earlier experiment (the state names them by id: an earlier extension's state names the first run's
+    trials too), so the added trials are judged against the trials already run."""
     from sweeps.execution.tuning import schedstate, session
 
-    state = schedstate.saved_state(earlier_dir)
     extras = session.session(name).extras
+    state = schedstate.saved_state(earlier_dirs)
     extras["scheduler_from"] = state
-    if state is not None and state.get("how") == "lever":
-        try:
-            extras["earlier_trials"] = ExperimentAnalysis(earlier_dir).trials
-        except Exception as exc:  # the state's trials are not readable: the scheduler starts empty, said once
-            log.warning("could not read the trials of %s (%s)", earlier_dir, exc)
+    extras["earlier_trials"] = earlier_trials(earlier_dirs)
+    inner = getattr(extras.get("scheduler"), "inner", None)
+    if state is None and inner is not None and type(inner).__name__ not in schedstate.STATELESS:
+        log.warning("%s", schedstate.differs(type(inner).__name__, "the sweep's earlier runs saved no scheduler "
+                                                                   "state", run="the extension"))

@@ -18,7 +18,7 @@ from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.cluster import loopback, raystart
 from sweeps.execution.resources.plan import per_trial
-from sweeps.execution.tuning import livestatus, session
+from sweeps.execution.tuning import livestatus, recovery, session
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -144,13 +144,13 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
                                    max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots,
                                    cpus_per_trial=cpus, gpus_per_trial=gpus)
-            budget_hit = spec.sweep.time_budget_s is not None and wall >= spec.sweep.time_budget_s
-            if status == "finished" and summ.counts["unfinished"] and not budget_hit:
+            seen = session.outcome(run_name)  # its running_s: what the time budget counted, pauses left out
+            budget_hit = spec.sweep.time_budget_s is not None and (seen.running_s or wall) >= spec.sweep.time_budget_s
+            if status == "finished" and recovery.unfinished_in(records_, rec.experiment_dirs[-1]) and not budget_hit:
                 interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None
-            seen = session.outcome(run_name)
             stuck, lacking = seen.stalled, seen.metric_missing
             if stuck and interrupted:
                 reason = "stalled"
@@ -160,7 +160,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
                 interrupted, status, reason = False, "failed", "metric_missing"
                 _tag_error(c, rec, lacking)
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, seen.hours,
-                                _front(spec, records_))
+                                _front(spec, records_), seen.running_s)
             session.end(run_name)
             _rank_models(c, rec, summ)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
@@ -255,14 +255,14 @@ def peak_rss_mb() -> float | None:
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
                   mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
-                  pareto: list[dict[str, Any]]) -> store.SweepRecord:
+                  pareto: list[dict[str, Any]], running_s: float | None = None) -> store.SweepRecord:
     """The index record and the parent run say how the sweep ended."""
     best = {}
     if summ.best is not None:
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
                        stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto,
-                       driver_peak_rss_mb=peak_rss_mb())
+                       driver_peak_rss_mb=peak_rss_mb(), running_s=running_s, live_state="")
     livestatus.final(rec.experiment_dirs[-1], "stalled" if stop_reason == "stalled" else status,
                      dict(summ.counts), best)
     try:
@@ -273,8 +273,9 @@ def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ
 
 
 def _records(spec: SweepSpec, rec: store.SweepRecord, settled: bool) -> list[Any]:
+    """The sweep's trials as Tune left them; the state it saved last is kept first, as the last good set."""
     from sweeps.reports.results import load_records
-
+    recovery.keep_final(rec.experiment_dirs[-1])
     try:
         return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, spec.trainable.epochs,
                             settled=settled)

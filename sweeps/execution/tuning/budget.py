@@ -11,7 +11,8 @@ a trial that reported ``OVERRUN`` times its budget is stopped and said so.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -51,3 +52,54 @@ class Budget:
                         trial_id, reports, budget)
             return True
         return isinstance(iteration, int | float) and iteration >= budget
+
+
+class Clock:
+    """What ``sweep.time_budget_s`` counts: the seconds the sweep's earlier runs counted (its record), plus this
+    run's, less the time this run was paused with no trial running (``idle()``): a budget counts what runs, and
+    a resumed or extended sweep goes on with what is left of it, not with the whole budget again."""
+
+    def __init__(self, budget_s: float | None, before_s: float = 0.0, idle: Callable[[], float] | None = None,
+                 now: float | None = None) -> None:
+        self.budget_s, self.before_s, self.idle = budget_s, before_s, idle
+        self.started = time.time() if now is None else now
+
+    def used(self, now: float | None = None) -> float:
+        now = time.time() if now is None else now
+        return self.before_s + max(now - self.started - (self.idle() if self.idle else 0.0), 0.0)
+
+    def left(self, now: float | None = None) -> float | None:
+        return None if self.budget_s is None else max(self.budget_s - self.used(now), 0.0)
+
+    def spent(self, now: float | None = None) -> bool:
+        return self.budget_s is not None and self.used(now) >= self.budget_s
+
+
+def sweep_stopper(name: str, inner: Any) -> Any:
+    """The sweep's Tune stopper: ``inner`` (the metric check and the epoch budget) for each trial, and the whole
+    sweep stopped once ``inner`` says so or the run ``name``'s :class:`Clock` (in its session) is spent. Tune's own
+    ``time_budget_s`` restarts its full budget on every ``Tuner.restore``; this one goes on where it was."""
+    from ray.tune import Stopper
+
+    from sweeps.execution.tuning import session
+
+    class SweepStopper(Stopper):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.name, self.inner, self.said = name, inner, False
+
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            return bool(self.inner(trial_id, result))
+
+        def stop_all(self) -> bool:
+            if self.inner.stop_all():
+                return True
+            clock = session.session(self.name).extras.get("clock")
+            if clock is None or not clock.spent():
+                return False
+            if not self.said:
+                self.said = True
+                log.info("the sweep's time budget of %.0f s is spent (%.0f s counted, pauses left out): stopping "
+                         "its trials", clock.budget_s, clock.used())
+            return True
+
+    return SweepStopper()

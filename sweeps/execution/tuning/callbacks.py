@@ -14,7 +14,7 @@ from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.resources.plan import Plan
-from sweeps.execution.tuning import firstreport, livestatus, schedstate, session, startup
+from sweeps.execution.tuning import control, firstreport, livestatus, schedstate, session, startup
 from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
     """The status line, the stall watchdog, the hours ledger (from the hours the sweep's earlier runs held,
     saved to its record) and, on a remote cluster, the census of paused trials."""
     from sweeps import store
+    from sweeps.execution.tuning.budget import Clock
     from sweeps.execution.tuning.concurrency import census_callback
     from sweeps.execution.tuning.hours import ledger_callback
     from sweeps.execution.tuning.progress import Progress, progress_callback
@@ -75,13 +76,24 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
                           spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
                           trial_seconds(spec, plan, own))
     live.watch = Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)
-    out = {"progress": progress_callback(progress), "watchdog": watchdog_callback(live.watch),
+    # from 0: a resume or an extension carries the seconds the sweep counted before (carry_budget)
+    live.extras["clock"] = Clock(spec.sweep.time_budget_s, 0.0, control.idle_of(name))
+    progress.clock = live.extras["clock"]
+    out = {"progress": progress_callback(progress, name), "watchdog": watchdog_callback(live.watch),
            "ledger": ledger_callback(live.ledger, save=save),
            "live": livestatus.callback(name, sweep_id, uris.join(spec.storage_path, name), plan.per_trial, progress,
                                        plan.total_trials)}
     out["scheduler_state"] = schedstate.callback(name, uris.join(spec.storage_path, name))
     out["census"] = census_callback(live.census)  # paused trials free their slots: the limit leaves them out
     return out
+
+
+def carry_budget(name: str, rec: SweepRecord) -> None:
+    """A resume or an extension of the sweep ``rec``: its time budget goes on from the seconds the sweep's
+    earlier runs counted (older records: their wall time); the hours ledger carries its own."""
+    clock = session.session(name).extras.get("clock")
+    if clock is not None:
+        clock.before_s = float(rec.running_s if rec.running_s is not None else rec.wall_s or 0.0)
 
 
 def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str, Any]:

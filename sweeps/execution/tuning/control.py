@@ -11,13 +11,15 @@ to it. What a request does:
 - ``stop``: no trial starts; once every running trial has reported again (a checkpoint with it) the sweep
   stops as after SIGTERM (resumable); ``stop_now`` does that at once.
 
-Each request is answered once; one for another run of the sweep (a stale one) is refused.
+Each request is answered once; one for another run of the sweep (a stale one) is refused: every run draws its
+own token (a random part of its own, so a resume in the same process, a notebook kernel's, is another run).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass, field
@@ -41,10 +43,24 @@ class Control:
     trial_stops: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> {by, at, request}
     handled: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.time)
+    idle_s: float = 0.0  # seconds paused with no trial running (what a time budget leaves out)
+    idle_since: float | None = None
 
     def may_start(self, tune_controller: Any = None) -> bool:
         """The scheduler's start gate: no trial starts while paused or stopping."""
         return self.paused is None and self.stopping is None
+
+    def note_idle(self, now: float, running: bool) -> None:
+        """Called at each of Tune's steps (and each second while a pause holds Tune's loop): the time paused
+        with nothing running adds up in ``idle_s``."""
+        if self.idle_since is not None:
+            self.idle_s += max(now - self.idle_since, 0.0)
+        self.idle_since = now if self.paused is not None and not running else None
+
+    def idle(self, now: float | None = None) -> float:
+        """``idle_s``, the stretch still going included."""
+        now = time.time() if now is None else now
+        return self.idle_s + (max(now - self.idle_since, 0.0) if self.idle_since is not None else 0.0)
 
     def stops(self, trial_id: str) -> bool:
         return trial_id in self.trial_stops
@@ -54,8 +70,18 @@ def control_of(name: str) -> Control:
     """The run ``name``'s control state (made on first use)."""
     extras = session.session(name).extras
     if "control" not in extras:
-        extras["control"] = Control(run=f"{name}@{lease.me().token[:12]}")
+        extras["control"] = Control(run=run_token(name))
     return extras["control"]
+
+
+def run_token(name: str) -> str:
+    """A token for one run of the sweep: the process's and a random part of the run's own."""
+    return f"{name}@{lease.me().token[:12]}-{secrets.token_hex(4)}"
+
+
+def idle_of(name: str) -> Any:
+    """``idle()`` of the run ``name``'s control state, for its time budget's clock."""
+    return lambda: control_of(name).idle()
 
 
 def start_gate(name: str) -> Any:

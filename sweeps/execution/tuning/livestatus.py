@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from sweeps import lease, live
+from sweeps import lease, live, store
 from sweeps.execution.tuning import control, session
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,13 @@ class _LiveRecord:
     def status(self, trials: list[Any], state: str | None = None) -> dict[str, Any]:
         c, live_session = control.control_of(self.name), session.session(self.name)
         me, watch, best = lease.me(), live_session.watch, self.progress.best
+        earlier = session.earlier(self.name)  # an extension's status counts the sweep's earlier trials too
+        planned = live_session.extras.get("planned") or ((self.total + len(earlier)) if self.total else None)
         return {
             "sweep_id": self.sweep_id, "run": c.run, "state": state or self.state(c), "updated": time.time(),
-            "driver": {"host": me.host, "pid": me.pid, "started": self.started, "launched_by": launched_by(),
-                       "lease_expires": lease.expiry()},
-            "trials": {**counts(trials, self.progress.epochs), "planned": self.total},
+            "driver": {"host": me.host, "pid": me.pid, "token": me.token, "proc": me.proc, "started": self.started,
+                       "launched_by": launched_by(), "lease_expires": lease.expiry()},
+            "trials": {**counts([*earlier, *trials], self.progress.epochs), "planned": planned},
             "metric": self.progress.metric, "mode": self.progress.mode,
             "best": {"value": best[0], "trial_id": best[1], "params": best[2]} if best else None,
             "elapsed_s": time.time() - self.progress.start, "left": self.progress.left_text(),
@@ -109,6 +111,8 @@ class _LiveRecord:
                 continue  # answered by an earlier run of the sweep: never applied twice
             state, why = control.apply(c, request, trials)
             live.answer(self.experiment_dir, request["id"], state, why)
+            if state == "applied" and request.get("verb") in ("pause", "unpause"):
+                self.note_state("paused" if c.paused else "")
             stop = c.trial_stops.get(str(request.get("trial_id"))) if state == "accepted" else None
             tracker: Any = session.session(self.name).callbacks.get("given0")
             if stop and tracker is not None and hasattr(tracker, "note_tags"):
@@ -118,6 +122,13 @@ class _LiveRecord:
                 "%s from %s: %s (%s)", request.get("verb"), (request.get("sender") or {}).get("user"), state, why)
             self.written_at = 0.0  # say so in the status at once
 
+    def note_state(self, state: str) -> None:
+        """The sweep's index record says paused while it is (``sweeps list``)."""
+        try:
+            store.update(self.sweep_id, live_state=state)
+        except Exception as exc:  # a Tuner outside a recorded sweep, or a busy index: the live record says it
+            log.debug("could not note %r in the sweep's record (%s)", state, exc)
+
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
         now = time.time()
         self.trials = trials
@@ -125,10 +136,12 @@ class _LiveRecord:
             self.polled_at = now
             self.poll(trials)
         c = control.control_of(self.name)
+        running = _running(trials)
+        c.note_idle(now, bool(running))
         watch = session.session(self.name).watch
-        if c.paused and watch is not None and not any(t.status == "RUNNING" for t in trials):
+        if c.paused and watch is not None and not running:
             watch.last_progress = now  # a pause is not a stall
-        if c.stopping and (c.stopping["now"] or not set(c.stopping["waiting"]) & _running(trials)):
+        if c.stopping and (c.stopping["now"] or not set(c.stopping["waiting"]) & running):
             self.stop(c, trials)
         if now - self.written_at >= control.EVERY_S:
             self.written_at = now
@@ -142,11 +155,14 @@ class _LiveRecord:
         self.write(trials, "stopping")
         control.stop_now()
 
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
-                        **info: Any) -> None:
+    def reported(self, trial_id: str) -> None:
+        """A trial a graceful stop waits for has saved a checkpoint (or ended): it no longer holds the stop."""
         c = control.control_of(self.name)
-        if c.stopping and trial.trial_id in c.stopping["waiting"]:
-            c.stopping["waiting"].remove(trial.trial_id)  # it reported, with its checkpoint
+        if c.stopping and trial_id in c.stopping["waiting"]:
+            c.stopping["waiting"].remove(trial_id)
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        self.reported(trial.trial_id)  # a report without a checkpoint (checkpoint_every > 1) does not count
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         c = control.control_of(self.name)
@@ -154,8 +170,7 @@ class _LiveRecord:
         if stop and not stop.get("applied"):
             stop["applied"] = time.time()
             live.answer(self.experiment_dir, stop["request"], "applied", f"trial {trial.trial_id} stopped")
-        if c.stopping and trial.trial_id in c.stopping["waiting"]:
-            c.stopping["waiting"].remove(trial.trial_id)
+        self.reported(trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.on_trial_complete(iteration, trials, trial)
@@ -170,10 +185,15 @@ def _running(trials: list[Any]) -> set[str]:
 
 def final(experiment_dir: str, state: str, counts_: dict[str, int], best: dict[str, Any] | None) -> None:
     """The status a sweep ends with (its record's counts, :func:`sweeps.reports.summary.collect`'s), so ``status``
-    reads a finished sweep the same way."""
+    reads a finished sweep the same way: nothing runs, is held, paused or stopping any more (a stop that ended it
+    is kept as ``stopped``: who, when)."""
     try:
         status = live.read_status(experiment_dir) or {}
-        status.update(state=state, updated=time.time(), best=best or status.get("best"))
+        stopping = status.get("stopping") or {}
+        status.update(state=state, updated=time.time(), best=best or status.get("best"), held={}, left="",
+                      paused=None, stopping=None,
+                      stopped={"by": stopping.get("by"), "at": stopping.get("applied") or stopping.get("since"),
+                               "now": stopping.get("now")} if stopping else status.get("stopped"))
         status.setdefault("trials", {}).update(
             running=0, waiting=counts_.get("unfinished", 0), done=counts_.get("completed", 0),
             stopped_early=counts_.get("early_stopped", 0), failed=counts_.get("failed", 0))

@@ -31,6 +31,7 @@ class Progress:
                  time_budget_s: float | None = None) -> None:
         self.metric, self.mode, self.total, self.epochs, self.log_path = metric, mode, total_trials, epochs, log_path
         self.time_budget_s = time_budget_s
+        self.clock: Any = None  # the sweep's time-budget clock (budget.Clock): its earlier runs, less pauses
         self.start = time.time()
         self.last_said = 0.0
         self.best: tuple[float, str, dict[str, Any]] | None = None
@@ -100,7 +101,8 @@ class Progress:
         if quiet >= QUIET_S:  # an estimate from past progress would claim progress that is not happening
             return f", no trial started or reported for {_fmt_s(quiet)}"
         if self.time_budget_s is not None and (self.total is None or self.epochs is None):
-            return f", {_fmt_s(max(self.time_budget_s - elapsed, 0))} of the time budget left"
+            used = self.clock.used() if self.clock is not None else elapsed
+            return f", {_fmt_s(max(self.time_budget_s - used, 0))} of the time budget left"
         done = sum(self.iterations.values())
         if self.total is None or self.epochs is None or done == 0:
             return ""
@@ -108,9 +110,13 @@ class Progress:
         return f", at most ~{_fmt_s(left)} left (less if trials stop early)"
 
 
-def progress_callback(progress: Progress) -> Any:
-    """The Tune callback that feeds ``progress`` and logs its status line every ``EVERY_S`` seconds."""
+def progress_callback(progress: Progress, name: str = "") -> Any:
+    """The Tune callback that feeds ``progress`` and logs its status line every ``EVERY_S`` seconds. The line
+    counts and ranks every trial of the sweep: the run ``name``'s, and those of the sweep's earlier experiments
+    (an extension's, :func:`sweeps.execution.tuning.session.earlier`)."""
     from ray.tune import Callback
+
+    from sweeps.execution.tuning import session
 
     class ProgressCallback(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -132,13 +138,15 @@ def progress_callback(progress: Progress) -> Any:
 
         def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
             now = time.time()
-            self.state.seen(trials)
+            every = [*session.earlier(name), *trials] if name else trials
+            self.state.seen(every)
             if now - self.state.last_said >= EVERY_S and trials:
                 self.state.last_said = now
-                log.info("%s", self.state.line([t.status for t in trials], self.state.early(trials)))
+                log.info("%s", self.state.line([t.status for t in every], self.state.early(every)))
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-            self.state.seen(trials)
-            log.info("%s", self.state.line([t.status for t in trials], self.state.early(trials), final=True))
+            every = [*session.earlier(name), *trials] if name else trials
+            self.state.seen(every)
+            log.info("%s", self.state.line([t.status for t in every], self.state.early(every), final=True))
 
     return ProgressCallback()

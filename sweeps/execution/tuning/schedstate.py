@@ -56,7 +56,8 @@ def snapshot(inner: Any) -> dict[str, Any]:
 
 
 def apply(inner: Any, state: Mapping[str, Any], trials: Mapping[str, Any]) -> str | None:
-    """Put ``state`` onto ``inner``; None when done, else what will differ (one line)."""
+    """Put ``state`` onto ``inner``; None when done, else what will differ (one line). Never raises: a state that
+    cannot be put back (unreadable, naming trials the run lacks, refused by the scheduler) is said, not fatal."""
     from sweeps.execution.levers import core, scheduler_state
 
     kind, how = state.get("kind"), state.get("how")
@@ -65,29 +66,39 @@ def apply(inner: Any, state: Mapping[str, Any], trials: Mapping[str, Any]) -> st
     if how == "stateless":
         return None
     if how == "own":
-        with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
-            path = os.path.join(d, "scheduler.pkl")
-            with open(path, "wb") as f:
-                f.write(state["data"])
-            inner.restore(path)
+        try:
+            _own_restore(inner, state["data"])
+        except Exception as exc:  # unpickling, or the scheduler's own restore, failed
+            return f"its saved state could not be put back ({type(exc).__name__}: {exc})"
         return None
     if how == "lever" and core.applies(scheduler_state.LEVER):
         try:
             scheduler_state.load(inner, state["data"], trials)
         except KeyError as exc:
             return f"its state names trial {exc} that is not in the restored experiment"
+        except Exception as exc:  # a damaged or foreign state
+            return f"its saved state could not be put back ({type(exc).__name__}: {exc})"
         return None
     why = core.reason(scheduler_state.LEVER) or "it has no save/restore of its own"
     return f"its state was not saved or cannot be put back ({why})"
 
 
-def differs(kind: str, why: str) -> str:
+def _own_restore(inner: Any, data: bytes) -> None:
+    with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
+        path = os.path.join(d, "scheduler.pkl")
+        with open(path, "wb") as f:
+            f.write(data)
+        inner.restore(path)
+
+
+def differs(kind: str, why: str, run: str = "the resumed run") -> str:
     what = {"HyperBandScheduler": "its brackets", "HyperBandForBOHB": "its brackets",
             "MedianStoppingRule": "its history of results", "PopulationBasedTraining": "its population's scores and "
             "perturbation times", "PB2": "its population and its model of the parameters",
             "AsyncHyperBandScheduler": "its rungs", "ASHAScheduler": "its rungs"}.get(kind, "its state")
-    return (f"the scheduler {kind} starts the resumed run with {what} empty ({why}): trials after the resume are "
-            f"not judged against the trials before it")
+    after = "the added trials are" if "extension" in run else "trials after the resume are"
+    return (f"the scheduler {kind} starts {run} with {what} empty ({why}): {after} not judged against the trials "
+            f"before it")
 
 
 def callback(name: str, experiment_dir: str) -> Any:
@@ -108,12 +119,13 @@ def callback(name: str, experiment_dir: str) -> Any:
             return getattr(wrapper, "inner", None)
 
         def get_state(self) -> dict[str, Any] | None:
-            """Called at each experiment checkpoint, right after Tune wrote its new state (storage still holds
-            the one before, whole): that one becomes the last good copy, at most every ``EVERY_S``."""
+            """Called at each experiment checkpoint, right after Tune wrote its new state to its staging folder
+            (storage still holds the set before, whole): that set becomes the last good one, at most every
+            ``EVERY_S``."""
             if time.monotonic() - self.kept_at >= recovery.EVERY_S:
-                self.kept_at = time.monotonic()
                 try:
-                    recovery.keep_state(experiment_dir)
+                    if recovery.keep_state(experiment_dir):
+                        self.kept_at = time.monotonic()
                 except Exception as exc:  # a copy is a safety net, never a reason to stop
                     log.debug("could not keep a copy of the experiment state (%s)", exc)
             inner = self._inner()
@@ -133,11 +145,13 @@ def callback(name: str, experiment_dir: str) -> Any:
             if state is None:
                 kind = type(inner).__name__
                 if kind not in STATELESS:
-                    log.warning("%s", differs(kind, "no scheduler state was saved before the stop"))
+                    lost = live.extras.get("scheduler_lost") or "no scheduler state was saved before the stop"
+                    log.warning("%s", differs(kind, lost))
                 return
             why = apply(inner, state, {t.trial_id: t for t in [*trials, *live.extras.get("earlier_trials", [])]})
             if why:
-                log.warning("%s", differs(type(inner).__name__, why))
+                log.warning("%s", differs(type(inner).__name__, why,
+                                          "the resumed run" if live.extras.get("resumed") else "the extension"))
             else:
                 log.info("the scheduler %s continues from its state of %s%s", type(inner).__name__,
                          time.strftime("%H:%M:%S", time.localtime(state.get("saved_at", 0))), _population(inner))
@@ -155,21 +169,32 @@ def _population(inner: Any) -> str:
     return f"; population {json.dumps(dict(sorted(found.items())))}" if found else ""
 
 
-def saved_state(experiment_dir: str) -> dict[str, Any] | None:
-    """The scheduler state an experiment's newest callback-state file holds (``extend``), or None."""
+def saved_state(experiment_dirs: list[str]) -> dict[str, Any] | None:
+    """The scheduler state the newest of ``experiment_dirs`` that holds one saved (``extend``): its newest
+    readable callback-state file, else the one kept with its last good state set; None when none has one."""
+    for experiment_dir in reversed(experiment_dirs):
+        found = _saved_in(experiment_dir)
+        if found is not None:
+            return found
+    return None
+
+
+def _saved_in(experiment_dir: str) -> dict[str, Any] | None:
     import ray.cloudpickle as cloudpickle
 
     from sweeps import uris
+    from sweeps.execution.tuning import recovery
 
-    try:
-        names = sorted(n for n in uris.listdir(experiment_dir) if n.startswith("callback-states-"))
-    except (FileNotFoundError, OSError):
-        return None
-    for file_name in reversed(names):
+    blobs = [(n, lambda n=n: uris.read_bytes(uris.join(experiment_dir, n)))
+             for n in recovery.newest(experiment_dir, recovery.CALLBACK_PREFIX)]
+    kept = recovery.kept_set(experiment_dir)
+    blobs += [(n, lambda d=d: d) for n, d in (kept.files.items() if kept else ()) if
+              n.startswith(recovery.CALLBACK_PREFIX)]
+    for file_name, read in blobs:
         try:
-            states = cloudpickle.loads(uris.read_bytes(uris.join(experiment_dir, file_name)))
-        except Exception as exc:  # a damaged file: an older one may do
-            log.warning("could not read %s (%s)", file_name, exc)
+            states = cloudpickle.loads(read())
+        except Exception as exc:  # a damaged file: an older one, or the kept one, may do
+            log.warning("could not read %s of %s (%s)", file_name, experiment_dir, exc)
             continue
         for state in (states or {}).values():
             if isinstance(state, dict) and state.get(MARK):

@@ -65,6 +65,7 @@ class Outcome:
     metric_missing: str | None
     hours: dict[str, float | None]
     stopped_by: str | None = None  # an operator's `sweeps stop` (who), not a signal
+    running_s: float | None = None  # what the sweep's time budget counted, its earlier runs included
 
 
 _sessions: dict[str, Session] = {}
@@ -92,8 +93,9 @@ def outcome(sweep_id: str) -> Outcome:
     s = session(sweep_id)
     control = s.extras.get("control")
     stopping = getattr(control, "stopping", None) or {}
+    clock = s.extras.get("clock")
     return Outcome(stalled=s.stalled, metric_missing=s.metric_problem, hours=s.ledger.record(),
-                   stopped_by=stopping.get("by"))
+                   stopped_by=stopping.get("by"), running_s=clock.used() if clock is not None else None)
 
 
 def end(sweep_id: str) -> None:
@@ -101,6 +103,13 @@ def end(sweep_id: str) -> None:
     with _lock:
         _sessions.pop(sweep_id, None)
         hours.forget(sweep_id)
+
+
+def earlier(sweep_id: str) -> list[Any]:
+    """The trials of the sweep's earlier experiments that ended (an extension's, or an interrupted extension's
+    on resume): the status line and the live status count and rank them with this run's."""
+    found = session(sweep_id).extras.get("earlier_trials") or []
+    return [t for t in found if t.status in ("TERMINATED", "ERROR")]
 
 
 def census_of(sweep_id: str) -> Census:

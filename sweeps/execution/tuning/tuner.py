@@ -10,12 +10,12 @@ from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
 from sweeps.execution.train.trial import TrialSetup, run_trial
 from sweeps.execution.tuning import control, firstreport, recovery, session
-from sweeps.execution.tuning.budget import Budget
+from sweeps.execution.tuning.budget import Budget, sweep_stopper
 from sweeps.execution.tuning.callbacks import register, train_dir
 from sweeps.execution.tuning.concurrency import Capacity, Fixed, capacity_gate, make_elastic
 from sweeps.execution.tuning.hours import Ledger
 from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
-from sweeps.execution.tuning.wrappers import budget_gated, sweep_scheduler
+from sweeps.execution.tuning.wrappers import budget_gated, is_gated, sweep_scheduler
 from sweeps.execution.warmstart import warm
 
 
@@ -55,6 +55,14 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
 
 
 USER_PENDING = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # a value the user set wins
+
+
+def limit_pending(plan: Plan) -> None:
+    """Tune queues at most as many pending trials as the plan runs at once (its own default queues 200+: a flood
+    on unbounded sweeps), unless the user set ``TUNE_MAX_PENDING_TRIALS_PG``. Every run of a sweep (a new one,
+    a resumed one, an extension) sets it the same way."""
+    if USER_PENDING is None:
+        os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, plan.concurrent_trials))
 
 
 def reuse_actors(spec: SweepSpec) -> bool:
@@ -104,15 +112,16 @@ def needs_queue(scheduler: Any) -> bool:
 
 def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
                 points: list[dict[str, Any]] | None = None, searcher: Any = None,
-                num_samples: int | None = None, name: str | None = None) -> Any:
+                num_samples: int | None = None, name: str | None = None, max_trials: int | None = None) -> Any:
     """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one). Its live state is
-    the session of the run ``name`` (:mod:`sweeps.execution.tuning.session`): its outcome is read from there."""
+    the session of the run ``name`` (:mod:`sweeps.execution.tuning.session`): its outcome is read from there.
+    ``max_trials``: at most that many trials (``extend --more-trials N`` on a grid, whose ``num_samples`` counts
+    passes over the grid)."""
     from ray import tune
 
     name = name or sweep_id
     search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
-    if USER_PENDING is None:  # Tune's own default queues 200+ pending trials (a flood on unbounded sweeps)
-        os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, plan.concurrent_trials))
+    limit_pending(plan)
     run_callbacks = register(spec, plan, sweep_id, name, callbacks)
     live = session.session(name)
     starts: list[Any] = []
@@ -124,6 +133,8 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
     inner = build_scheduler(spec)
     made = Fixed(QUEUED) if needs_queue(inner) else capacity  # how many trials may exist unfinished at once
     search_alg = make_elastic(search_alg, made, live.census, control.holding(name))
+    if max_trials is not None and is_gated(search_alg):
+        search_alg.limit = max_trials
     scheduler = sweep_scheduler(inner, [*starts, control.start_gate(name)], control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
         search_alg = budget_gated(search_alg, live.ledger)
@@ -134,7 +145,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         search_alg=search_alg,
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
-        time_budget_s=spec.sweep.time_budget_s,
+        time_budget_s=None,  # the sweep's own clock (budget.sweep_stopper): it counts across resume and extend
         reuse_actors=reuse_actors(spec),
     )
     run_config = tune.RunConfig(
@@ -147,7 +158,7 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=guarded_stopper(spec, name, live.ledger if spec.sweep.budget.enabled else None),
+        stop=sweep_stopper(name, guarded_stopper(spec, name, live.ledger if spec.sweep.budget.enabled else None)),
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
     # A restored model-based searcher already holds its space: Tune refuses a second one.

@@ -12,11 +12,15 @@ wrap those through their public interfaces only, delegating every call, and add 
 
 from __future__ import annotations
 
+import glob
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 from sweeps.execution.tuning import startup
 
+GATED_STATE = "sweeps-gated-state-"  # beside Tune's searcher state: how many trials a capped generator handed out
 # A search gate gets the live trial ids; it answers "go", "wait" or "done".
 SearchGate = Callable[[set[str]], str]
 # A start gate gets Tune's controller; True lets the scheduler choose a trial to start now.
@@ -27,54 +31,80 @@ def gated_variants(inner: Any, gates: list[SearchGate]) -> Any:
     """``inner`` (a ``BasicVariantGenerator``) asking ``gates`` before every new trial."""
     from ray.tune.search import SearchAlgorithm
 
-    class GatedVariants(SearchAlgorithm):  # type: ignore[misc]
-        """A search algorithm that delegates to Tune's random/grid generator, behind the sweep's gates."""
+    class GatedVariants(_Gated, SearchAlgorithm):  # type: ignore[misc]
+        """A search algorithm that delegates to Tune's random/grid generator, behind the sweep's gates; with
+        ``limit`` it hands out at most that many trials (``extend --more-trials N`` on a grid)."""
 
-        def __init__(self) -> None:
-            self.inner, self.gates = inner, gates
-            self.started: list[Callable[[Any], None]] = []  # told of every trial it hands out
-            self.live: set[str] = set()
+    delegate(GatedVariants, ("add_configurations", "on_trial_result", "has_checkpoint"))
+    return GatedVariants(inner, gates)
 
-        @property
-        def metric(self) -> Any:
-            return self.inner.metric
 
-        @property
-        def total_samples(self) -> int:
-            return int(self.inner.total_samples)
+class _Gated:
+    """The body of :func:`gated_variants`' search algorithm (public calls of Tune's generator only)."""
 
-        def set_search_properties(self, metric: Any, mode: Any, config: dict[str, Any], **spec: Any) -> bool:
-            return bool(self.inner.set_search_properties(metric, mode, config, **spec))
+    def __init__(self, inner: Any, gates: list[SearchGate]) -> None:
+        self.inner, self.gates = inner, gates
+        self.started: list[Callable[[Any], None]] = []  # told of every trial it hands out
+        self.live: set[str] = set()
+        self.limit: int | None = None
+        self.handed = 0
+        self.done = False  # its own flag: Tune's SearchAlgorithm keeps one under a private name
 
-        def next_trial(self) -> Any:
-            answers = [gate(set(self.live)) for gate in self.gates]
-            if "done" in answers:
-                self.set_finished()
-                return None
-            if "wait" in answers:
-                return None
-            trial = self.inner.next_trial()
-            if trial is not None:
-                self.live.add(trial.trial_id)
-                for told in self.started:
-                    told(trial)
-            return trial
+    @property
+    def metric(self) -> Any:
+        return self.inner.metric
 
-        def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
-                              error: bool = False) -> None:
-            self.live.discard(trial_id)
-            self.inner.on_trial_complete(trial_id, result=result, error=error)
+    @property
+    def total_samples(self) -> int:
+        total = int(self.inner.total_samples)
+        return total if self.limit is None else min(total, self.limit)
 
-        def is_finished(self) -> bool:
-            return bool(self._finished or self.inner.is_finished())
+    def set_search_properties(self, metric: Any, mode: Any, config: dict[str, Any], **spec: Any) -> bool:
+        return bool(self.inner.set_search_properties(metric, mode, config, **spec))
 
-        def set_finished(self) -> None:
-            self._finished = True
-            self.inner.set_finished()
+    def next_trial(self) -> Any:
+        if self.limit is not None and self.handed >= self.limit:
+            self.set_finished()
+            return None
+        answers = [gate(set(self.live)) for gate in self.gates]
+        if "done" in answers:
+            self.set_finished()
+            return None
+        if "wait" in answers:
+            return None
+        trial = self.inner.next_trial()
+        if trial is not None:
+            self.handed += 1
+            self.live.add(trial.trial_id)
+            for told in self.started:
+                told(trial)
+        return trial
 
-    delegate(GatedVariants, ("add_configurations", "on_trial_result", "has_checkpoint", "save_to_dir",
-                              "restore_from_dir"))
-    return GatedVariants()
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        self.live.discard(trial_id)
+        self.inner.on_trial_complete(trial_id, result=result, error=error)
+
+    def is_finished(self) -> bool:
+        return bool(self.done or self.inner.is_finished())
+
+    def set_finished(self) -> None:
+        self.done = True
+        self.inner.set_finished()
+
+    def save_to_dir(self, dirpath: str, **kwargs: Any) -> None:
+        """The generator's state (Tune's file), and beside it how many trials this one handed out."""
+        session_str = str(kwargs.get("session_str", "default"))
+        self.inner.save_to_dir(dirpath, session_str=session_str)
+        with open(os.path.join(dirpath, f"{GATED_STATE}{session_str}.json"), "w") as f:
+            json.dump({"handed": self.handed, "done": self.done}, f)
+
+    def restore_from_dir(self, dirpath: str) -> None:
+        self.inner.restore_from_dir(dirpath)
+        saved = sorted(glob.glob(os.path.join(dirpath, f"{GATED_STATE}*.json")))
+        if saved:  # a resumed extension hands out only what its limit left
+            with open(saved[-1]) as f:
+                state = json.load(f)
+            self.handed, self.done = int(state.get("handed", 0)), bool(state.get("done", False))
 
 
 def delegate(cls: type, names: tuple[str, ...]) -> None:
