@@ -3,31 +3,47 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a checkout's root (site-packages when installed)
 BUNDLED = Path(__file__).resolve().parent / "_bundled"  # an installed package's copy of conf/ (setup.py builds it)
 CONF_GROUPS = ("trainable", "search_space", "searcher", "scheduler", "tracking", "cluster", "experiment")
 SPACES_DIR = "search_spaces"  # a project's search spaces, beside its conf/ (the search_space group)
+PRIMARY_FILE = "config.yaml"
+CONF_ENV = "SWEEPS_CONF_DIR"
 
 
 def bundled_conf() -> Path:
     """The configs that ship with sweeps: the installed package's copy, else a checkout's own ``conf/``."""
     installed = BUNDLED / "conf"
-    return installed if (installed / "config.yaml").is_file() else PACKAGE_ROOT / "conf"
+    return installed if (installed / PRIMARY_FILE).is_file() else PACKAGE_ROOT / "conf"
+
+
+def sweeps_primary(file: Path) -> bool:
+    """A sweeps primary config: a ``config.yaml`` with a top-level ``sweep:`` section, as the bundled one has.
+
+    Hydra's own default layout puts an app's primary config at ``conf/config.yaml``; such a file (no ``sweep:``)
+    is the app's, never read as sweeps' primary config."""
+    try:
+        with file.open(encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 20)  # a primary config is a few KB; limits.check_file refuses huge files later
+    except OSError:
+        return False
+    return re.search(r"^sweep:", head, re.MULTILINE) is not None
 
 
 def looks_like_conf(folder: Path) -> bool:
-    """A folder of sweeps configs: a primary ``config.yaml`` or one of sweeps' config groups (a Hydra app's
-    own ``conf/`` has neither)."""
-    return (folder / "config.yaml").is_file() or any((folder / g).is_dir() for g in CONF_GROUPS)
+    """A folder of sweeps configs: a sweeps primary ``config.yaml`` or one of sweeps' config groups (a Hydra
+    app's own ``conf/`` has neither: its ``config.yaml`` is its own)."""
+    return sweeps_primary(folder / PRIMARY_FILE) or any((folder / g).is_dir() for g in CONF_GROUPS)
 
 
 def project_conf() -> Path | None:
     """The project's own config folder, searched before the bundled one: ``$SWEEPS_CONF_DIR``, else ``./conf``
-    when it holds sweeps configs (or ``./search_spaces`` exists); None when there is none, or it is the bundled
-    folder itself (this repo)."""
-    env = os.environ.get("SWEEPS_CONF_DIR")
+    when it holds sweeps configs or ``./search_spaces`` exists (then ``./conf`` may not exist: the project has
+    search spaces only); None when there is none, or it is the bundled folder itself (this repo)."""
+    env = os.environ.get(CONF_ENV)
     if env:
         folder = Path(env).resolve()
     else:
@@ -35,6 +51,24 @@ def project_conf() -> Path | None:
         if not (looks_like_conf(folder) or (Path.cwd() / SPACES_DIR).is_dir()):
             return None
     return None if folder == bundled_conf().resolve() else folder
+
+
+def conf_env_error() -> str | None:
+    """Why ``$SWEEPS_CONF_DIR`` cannot be used (it names no folder), else None."""
+    env = os.environ.get(CONF_ENV)
+    if env and not Path(env).resolve().is_dir():
+        return (f"{CONF_ENV}: {Path(env).resolve()} is not a folder; point it at your project's conf/ folder, or "
+                f"unset it (then ./conf and the bundled configs are used)")
+    return None
+
+
+def primary_conf() -> Path:
+    """The folder whose ``config.yaml`` is the primary config: the project's when it holds a sweeps primary
+    config (:func:`sweeps_primary`), else the bundled one. A project's other ``config.yaml`` is never read."""
+    project = project_conf()
+    if project is not None and sweeps_primary(project / PRIMARY_FILE):
+        return project
+    return bundled_conf()
 
 
 def conf_dirs() -> list[Path]:
@@ -65,7 +99,6 @@ def default_storage() -> str:
 
 def index_dir() -> Path:
     return home() / "sweeps"
-
 
 
 def outside_home(path: Path) -> str | None:

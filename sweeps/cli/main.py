@@ -64,13 +64,25 @@ def _doctor_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--address", default=None, help="a Ray cluster's address: is its State API up?")
 
 
+VERBOSE = ("-v", "--verbose")
+VERBOSE_HELP = "debug logging, and Ray's, Tune's, MLflow's and the trials' own output on the terminal"
+
+
+def _verbose_flag(default: object) -> argparse.ArgumentParser:
+    """``-v``, before the command or after it (a parent of every command's parser): the command's copy has no
+    default, so it never hides one given before the command."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(*VERBOSE, action="store_true", default=default, help=VERBOSE_HELP)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sweeps",
+    p = argparse.ArgumentParser(prog="python -m sweeps", parents=[_verbose_flag(False)],
                                 description="Hyperparameter sweeps on Ray Tune + Ray Train, tracked in MLflow.")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, text in COMMANDS.items():
-        sp = sub.add_parser(name, help=text, description=text, add_help=name != "run")
+        sp = sub.add_parser(name, help=text, description=text, add_help=name != "run",
+                            parents=[_verbose_flag(argparse.SUPPRESS)])
         if name in ("resume", "extend", "confirm", "sync"):
             _rerun_arguments(name, sp)
         else:
@@ -172,9 +184,12 @@ def dispatch(args: argparse.Namespace, rest: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = bool(argv) and argv[0] in ("-v", "--verbose")
+    verbose = bool(argv) and argv[0] in VERBOSE
     if verbose:
         argv = argv[1:]
+    if argv and argv[0] == "run":  # run's own arguments are Hydra overrides (never `-v`): -v anywhere after it
+        verbose = verbose or any(a in VERBOSE for a in argv)
+        argv = [a for a in argv if a not in VERBOSE]
     _setup_logging(verbose)
     try:
         if argv and argv[0] == "run":
@@ -195,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, rest = parser.parse_known_args(argv)
         else:
             args, rest = parser.parse_args(argv), []
+        if getattr(args, "verbose", False):  # given after the command
+            _setup_logging(True)
         return dispatch(args, rest)
     except SweepsError as exc:
         from sweeps.config.redaction import scrub

@@ -25,7 +25,9 @@ def cli_promote(args: argparse.Namespace) -> int:
     """``python -m sweeps promote SWEEP_ID|latest [--model-name N] [--alias A] [--trial T] [--force]
     [--rule R] [--confirmed]``; the sweep's ``notify`` settings get a ``promoted`` event."""
     from sweeps.api import promote
+    from sweeps.ops import project
 
+    project.importable()  # the project's own trainable: the `sweeps` script's sys.path starts at its bin/, not here
     print(promote(args.sweep_id, model_name=args.model_name, alias=args.alias, trial_id=args.trial,
                   force=bool(args.force), rule=args.rule, confirmed=bool(args.confirmed)))
     return 0

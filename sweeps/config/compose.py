@@ -2,7 +2,9 @@
 
 Config files come from the project's config folder, then the bundled one (:func:`sweeps.paths.conf_dirs`)
 only: an override may not set ``hydra.*`` (``hydra.searchpath`` would add another folder) nor ``security.*``
-(the allowlist comes from trusted places, see :mod:`sweeps.config.trust`).
+(the allowlist comes from trusted places, see :mod:`sweeps.config.trust`). The primary config is sweeps' own
+(the bundled ``config.yaml``) unless the project's ``config.yaml`` is a sweeps primary config
+(:func:`sweeps.paths.primary_conf`): an existing Hydra app's ``conf/config.yaml`` is never read as one.
 
 Hydra errors are turned into :class:`~sweeps.errors.BadInput` messages that name the key, list the valid
 options, and suggest the closest key for a typo.
@@ -21,6 +23,7 @@ from sweeps import paths
 from sweeps.errors import BadInput
 
 PRIMARY = "config"
+BUNDLED_PRIMARY = "sweeps_bundled_primary"  # the bundled config.yaml, in Hydra's ConfigStore
 PROJECT_ENV = "SWEEPS_HYDRA_PROJECT"  # read by hydra_plugins.sweeps_sweeper.project while Hydra composes
 
 
@@ -76,10 +79,10 @@ def _project_layer() -> Iterator[None]:
 
     for plugin in (ProjectConfigSource, ProjectSearchPath):  # Hydra's public registration (scans can miss them)
         Plugins.instance().register(plugin)
+    wrong = paths.conf_env_error()
+    if wrong:
+        raise BadInput(wrong)
     project = paths.project_conf()
-    if project is not None and not project.is_dir():
-        raise BadInput(f"SWEEPS_CONF_DIR: {project} is not a folder; point it at your project's conf/ folder, or "
-                       f"unset it (then ./conf and the bundled configs are used)")
     saved = os.environ.get(PROJECT_ENV)
     if project is None:
         os.environ.pop(PROJECT_ENV, None)
@@ -94,6 +97,20 @@ def _project_layer() -> Iterator[None]:
             os.environ[PROJECT_ENV] = saved
 
 
+def _primary_name() -> str:
+    """The primary config's name for Hydra: ``config`` when the project's own ``config.yaml`` is a sweeps
+    primary config, else the bundled one, stored in Hydra's ConfigStore under a name no project folder has (a
+    project's ``conf/config.yaml`` is searched first, and in Hydra's default layout it is the app's own)."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    if paths.primary_conf() != paths.bundled_conf():
+        return PRIMARY
+    node = OmegaConf.load(paths.bundled_conf() / paths.PRIMARY_FILE)
+    ConfigStore.instance().store(name=BUNDLED_PRIMARY, node=node, provider="sweeps")
+    return BUNDLED_PRIMARY
+
+
 def _compose_raw(overrides: Sequence[str], with_hydra: bool = False) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -101,7 +118,7 @@ def _compose_raw(overrides: Sequence[str], with_hydra: bool = False) -> Any:
     GlobalHydra.instance().clear()
     with _project_layer(), initialize_config_dir(config_dir=str(paths.bundled_conf()), version_base="1.3",
                                                  job_name="sweeps"):
-        return compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=with_hydra)
+        return compose(config_name=_primary_name(), overrides=list(overrides), return_hydra_config=with_hydra)
 
 
 def sources(overrides: Sequence[str]) -> list[str]:
@@ -112,8 +129,11 @@ def sources(overrides: Sequence[str]) -> list[str]:
     raw = OmegaConf.to_container(cfg.hydra.runtime.choices, resolve=False)
     choices: dict[str, Any] = {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else {}
     project = paths.project_conf()
+    if project is not None and not project.is_dir():  # a project with search spaces only
+        project = project.parent / paths.SPACES_DIR
     lines = [f"config folders: {'project ' + str(project) + ', then ' if project else ''}"
-             f"bundled {paths.bundled_conf()}"]
+             f"bundled {paths.bundled_conf()}",
+             f"primary: {PRIMARY} <- {paths.primary_conf() / paths.PRIMARY_FILE}"]
     found = origins(choices)
     lines += [f"{group}: {choices[group]} <- {path}" for group, path in sorted(found.items())]
     return lines

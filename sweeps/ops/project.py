@@ -41,6 +41,29 @@ def target(folder: str | os.PathLike[str] | None, key: str = "--dir") -> Path:
     return root
 
 
+def shadowing(folder: Path) -> str | None:
+    """Why ``folder`` cannot be put first on ``sys.path``: its own ``trainables`` package (or module) would hide
+    the one sweeps ships (``trainables.common``, the bundled trainables, what scaffolds import), else None.
+
+    A plain ``trainables/`` folder without ``__init__.py`` hides nothing (Python prefers a regular package to a
+    namespace folder wherever it lies); this repo, and a clone of it (``sweeps/`` beside ``trainables/``), keep
+    their own package: it is sweeps' own."""
+    own = next((p for p in (folder / "trainables" / "__init__.py", folder / "trainables.py") if p.is_file()), None)
+    if own is None or folder == paths.PACKAGE_ROOT or (folder / "sweeps" / "__init__.py").is_file():
+        return None
+    return (f"{own}: this project's own `trainables` would hide the `trainables` package sweeps ships "
+            f"({paths.PACKAGE_ROOT / 'trainables'}: trainables.common and the bundled trainables), since the "
+            f"project's folder comes first on sys.path; rename it (e.g. to my_trainables) and the _target_ paths "
+            f"in conf/ that name it")
+
+
+def refuse_shadowing(folder: Path) -> None:
+    """BadInput when ``folder``'s own ``trainables`` would hide sweeps' (:func:`shadowing`)."""
+    problem = shadowing(folder)
+    if problem:
+        raise BadInput(problem)
+
+
 def root() -> Path:
     """The project's folder: the one holding its config folder, else the current one."""
     project = paths.project_conf()
@@ -49,8 +72,10 @@ def root() -> Path:
 
 def importable() -> Path:
     """Make the project's own modules importable here and in the processes this one starts (the embedded
-    Ray's inherit ``PYTHONPATH``): the project's folder first on both. Idempotent."""
+    Ray's inherit ``PYTHONPATH``): the project's folder first on both. Idempotent. BadInput when the folder
+    holds its own ``trainables`` package (:func:`shadowing`)."""
     folder = root()
+    refuse_shadowing(folder)
     text = str(folder)
     if text not in sys.path:
         sys.path.insert(0, text)
@@ -91,6 +116,7 @@ def init(folder: str | os.PathLike[str] | None = None, name: str = "starter") ->
     """``sweeps init``: a project's ``conf/`` and ``search_spaces/`` with a starter experiment (existing files
     are kept). Returns what was written."""
     root = target(folder)
+    refuse_shadowing(root)
     files = {root / "conf" / "experiment" / f"{name}.yaml": STARTER_EXPERIMENT.format(name=name),
              root / "search_spaces" / f"{name}.yaml": STARTER_SPACE.format(name=name)}
     written = []

@@ -209,6 +209,7 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
         raise BadInput(f"NAME: {name!r} is not a trainable name; use lowercase letters, digits and _ (a Python "
                        f"module name), e.g. `python -m sweeps new trainable my_mlp`")
     root = project.target(root)
+    project.refuse_shadowing(root)
     module, dotted = code_home(root, name)
     files = {module: "", root / "conf" / "trainable" / f"{name}.yaml": "",
              root / "search_spaces" / f"{name}.yaml": "", root / "conf" / "experiment" / f"{name}.yaml": ""}
