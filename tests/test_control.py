@@ -87,7 +87,12 @@ def test_a_graceful_stop_waits_for_a_checkpoint_not_for_any_report(tmp_path: Pat
     assert live.read_answer(rec.experiment_dir, request_id)["state"] == "accepted"
     rec.on_step_begin(1, running)
     assert not stops, "no trial saved a checkpoint yet"
-    assert not hasattr(livestatus._LiveRecord, "on_trial_result"), "a report without a checkpoint does not count"
+    report = getattr(rec, "on_trial_result", None)  # Tune's call for every report
+    for trial in running:
+        if report is not None:
+            report(2, running, trial, {"training_iteration": 2})  # checkpoint_every > 1: no checkpoint with it
+    rec.on_step_begin(2, running)
+    assert not stops, "a report without a checkpoint does not count"
     rec.on_checkpoint(2, running, running[0], checkpoint=None)
     rec.on_step_begin(3, running)
     assert not stops, "t2 still runs without a new checkpoint"
@@ -125,6 +130,18 @@ def test_a_pause_with_nothing_running_is_left_out_of_the_time_budget() -> None:
     c.paused = None
     c.note_idle(170.0, running=False)
     assert c.idle(500.0) == 50.0
+
+
+def test_the_drivers_steps_count_a_pause_with_nothing_running(tmp_path: Path) -> None:
+    rec = _record(tmp_path, "s-6")
+    c = control.control_of(rec.name)
+    c.paused = {"by": "ann@box", "since": time.time()}
+    rec.on_step_begin(1, [_trial("t1")])  # a trial still runs: the time counts
+    time.sleep(0.2)
+    rec.on_step_begin(2, [_trial("t1", "TERMINATED")])
+    time.sleep(0.3)
+    rec.tick()  # Tune's loop held by the pause: the search algorithm's hold ticks the record
+    assert 0.25 <= c.idle() < 1.0, c.idle()
 
 
 def _status(pid: int, proc: str, expires: float) -> dict:
