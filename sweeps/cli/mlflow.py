@@ -18,8 +18,11 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def cli_sync(args: argparse.Namespace) -> int:
     counts = sync(args.sweep_id)
+    best = f"; best model {counts['best_model_id']}" if counts.get("best_model_id") else ""
+    errors = f", {counts['model_errors']} could not be written (see above)" if counts.get("model_errors") else ""
     print(f"synced: {counts['runs_created']} run(s) created, {counts['metrics_logged']} metric value(s) "
-          f"logged, {counts['statuses_set']} status(es) set")
+          f"logged, {counts['statuses_set']} status(es) set; {counts['models_made']} model(s) made, "
+          f"{counts['models_updated']} updated{errors}{best}")
     return 0
 
 

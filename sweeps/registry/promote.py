@@ -186,7 +186,7 @@ def promote(sweep_id: str, *, model_name: str | None = None, alias: str = "champ
     obj, x_val, y_val, key = load(rec, trial, cand.checkpoint)
     with tempfile.TemporaryDirectory(prefix="sweeps-package-") as tmp:
         servable, kwargs, evaluation = _package(obj, x_val, y_val, key, Path(tmp))
-        return _register(cand, name, alias, force, servable.task, kwargs, evaluation)
+        return _register(cand, name, alias, force, servable.task, kwargs, evaluation, Path(tmp) / "model")
 
 
 def _package(obj: Any, x_val: Any, y_val: Any, key: str, folder: Path) -> tuple[Any, dict[str, Any],
@@ -222,7 +222,7 @@ def _check_rule(rule: str) -> None:
 
 
 def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, kwargs: dict[str, Any],
-              evaluation: dict[str, float]) -> Promotion:
+              evaluation: dict[str, float], saved: Path | None = None) -> Promotion:
     """Under the lock: gate on the current champion, log + register the package, move the alias."""
     from sweeps.registry import lock
     from sweeps.tracking import client as mc
@@ -241,7 +241,7 @@ def _register(cand: _Candidate, name: str, alias: str, force: bool, task: str, k
                 **{k: repr(v) for k, v in evaluation.items()}, **cand.choice.tags}
         if force and replaced:
             tags[VERSION_TAG_FORCED] = "true"
-        version, uri = registry.register(rec, run.info.run_id, kwargs, name, tags)
+        version, uri = registry.register(rec, run.info.run_id, kwargs, name, tags, saved)
         held.check()  # still ours: nobody else moved the alias since the gate read it
         c.set_registered_model_alias(name, alias, version)
     log.info("registered %s version %s (%s) as @%s", name, version, uri, alias)

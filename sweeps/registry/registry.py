@@ -80,10 +80,12 @@ def current_champion(c: Any, name: str, alias: str) -> Champion | None:
     return Champion.from_tags(mv.version, mv.tags)
 
 
-def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: dict[str, str]
-             ) -> tuple[str, str]:
+def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: dict[str, str],
+             saved: Path | None = None) -> tuple[str, str]:
     """Log the model package in the trial's run (status untouched) as a LoggedModel whose lineage names the
-    trial's own model, and register it from ``models:/<its id>``; (version, model uri)."""
+    trial's own model, and register it from ``models:/<its id>``; (version, model uri). A store without
+    LoggedModels (a server of MLflow 2) gets the package ``saved`` locally as the run's ``model/`` artifacts,
+    registered from there."""
     import mlflow
     import mlflow.pyfunc
     from mlflow.models import Model
@@ -92,8 +94,15 @@ def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: di
 
     c = mc.client(rec.tracking_uri)
     trial_id = tags[VERSION_TAG_TRIAL]
-    source = models.find(c, rec.mlflow_experiment_id, rec.sweep_id, trial_id) if models.supported(
-        c, rec.tracking_uri) else None
+    if not models.supported(c, rec.tracking_uri):
+        return _register_files(c, rec, run_id, saved, name, tags)
+    try:
+        source = models.find(c, rec.mlflow_experiment_id, rec.sweep_id, trial_id)
+    except Exception as exc:
+        if not models.missing_api(exc):
+            raise
+        models.degrade(rec.tracking_uri, exc)
+        return _register_files(c, rec, run_id, saved, name, tags)
     lineage = {models.TAG_KIND: "served", VERSION_TAG_SWEEP: rec.sweep_id, VERSION_TAG_TRIAL: trial_id,
                **({models.TAG_SOURCE: source.model_id} if source is not None else {})}
     with mlflow_uris(rec.tracking_uri):
@@ -108,6 +117,24 @@ def register(rec: Any, run_id: str, package: dict[str, Any], name: str, tags: di
                         **({models.TAG_SOURCE: source.model_id} if source is not None else {})}
         mv = mlflow.register_model(model_uri, name, tags=version_tags)
     return str(mv.version), model_uri
+
+
+def _register_files(c: Any, rec: Any, run_id: str, saved: Path | None, name: str, tags: dict[str, str]
+                    ) -> tuple[str, str]:
+    """A store without LoggedModels: the saved package as the run's ``model/`` artifacts, a version from there."""
+    from mlflow.exceptions import MlflowException
+
+    if saved is None:
+        raise BadInput(f"tracking.uri: {rec.tracking_uri} holds no LoggedModels and no saved package was given")
+    c.log_artifacts(run_id, str(saved), artifact_path="model")
+    try:
+        c.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    source = f"{c.get_run(run_id).info.artifact_uri.rstrip('/')}/model"
+    mv = c.create_model_version(name, source=source, run_id=run_id, tags=tags)
+    return str(mv.version), f"runs:/{run_id}/model"
 
 
 # -- listing ------------------------------------------------------------------------------------------------

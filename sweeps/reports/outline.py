@@ -36,6 +36,7 @@ class Analysis:
     importances: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)  # e.g. the confirmed configurations
+    model_ids: dict[str, str] = field(default_factory=dict)  # trial id -> its MLflow model (the Models tab)
 
 
 def fmt(x: Any) -> str:
@@ -77,7 +78,7 @@ def date_text(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
-def _best_section(summ: Summary) -> Section:
+def _best_section(summ: Summary, model_ids: dict[str, str] | None = None) -> Section:
     b = summ.best
     if b is None:
         why = "no trial reported a finite value" if summ.rows else "the sweep has no trials"
@@ -87,6 +88,9 @@ def _best_section(summ: Summary) -> Section:
         f"{fmt(b.best_step)}; final value {fmt(b.final)}; {b.epochs} epoch(s), status {b.status}"
         + (" (early-stopped)" if b.early_stopped else "")
     ]
+    model = (model_ids or {}).get(b.trial_id)
+    if model:
+        bullets.append(f"its MLflow model: {model} (models:/{model}), in the experiment's Models tab")
     if summ.ties:
         bullets.append(
             f"tied with {', '.join(summ.ties)} (same {summ.metric}); the tie goes to the trial that "
@@ -105,11 +109,13 @@ def _best_section(summ: Summary) -> Section:
     return Section("Best trial", bullets, [table])
 
 
-def _leaderboard(summ: Summary) -> Section:
+def _leaderboard(summ: Summary, model_ids: dict[str, str] | None = None) -> Section:
     params = _params(summ)
+    ids = model_ids or {}
     headers = [
         "rank",
         "trial",
+        *(["MLflow model"] if ids else []),
         f"best {summ.metric}",
         "at iter",
         "final",
@@ -124,6 +130,7 @@ def _leaderboard(summ: Summary) -> Section:
             [
                 str(i),
                 r.trial_id + (" ⚠NaN" if r.nonfinite else ""),
+                *([ids.get(r.trial_id, "")] if ids else []),
                 fmt(r.best),
                 fmt(r.best_step),
                 fmt(r.final),
@@ -308,8 +315,8 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
     other = [n for n in analysis.notes if not n.startswith("importance")]
     return [
         overview,
-        _best_section(summ),
-        _leaderboard(summ),
+        _best_section(summ, analysis.model_ids),
+        _leaderboard(summ, analysis.model_ids),
         _status_section(summ),
         _compute_section(summ),
         *_problem_sections(summ),

@@ -82,8 +82,10 @@ def _confirmed_plot(rec: SweepRecord, summ: Summary, out_dir: Path) -> Path | No
         return None
 
 
-def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -> Analysis:
-    """Hyperparameter importances (Optuna), or the reason there are none; the confirmed configurations."""
+def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None,
+            model_ids: Mapping[str, str] | None = None) -> Analysis:
+    """Hyperparameter importances (Optuna), or the reason there are none; the confirmed configurations; each
+    trial's MLflow model (``model_ids``), named where the ranking is shown."""
     try:
         imp, why = param_importances(summ, stored.of(rec).space)
     except Exception as exc:  # an analysis failure must not cost the report
@@ -104,7 +106,8 @@ def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None) -
         found = _confirmed(rec, summ)
         sections.append(section(found, summ.metric, summ.mode,
                                 winner_note(found, summ.best.params if summ.best else None)))
-    return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [], sections=sections)
+    return Analysis(importances=imp, notes=[f"importance: not computed: {why}"] if why else [], sections=sections,
+                    model_ids=dict(model_ids or {}))
 
 
 def _columns(rec: SweepRecord, records: list[Any], model_ids: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
@@ -120,7 +123,8 @@ def write(
     model_ids: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write the requested formats (``md``, ``csv``, ``html``; html brings the PNG plots) into ``out_dir``.
-    ``model_ids``: each trial's MLflow model, a column of trials.csv."""
+    ``model_ids``: each trial's MLflow model: a column of trials.csv, named in the best trial's section and the
+    leaderboard of summary.md and report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summ = complete(rec, records, summ)
     written: list[Path] = []
@@ -130,7 +134,7 @@ def write(
         written.append(p)
     if "md" not in formats and "html" not in formats:
         return written
-    analysis = analyze(rec, summ, records)
+    analysis = analyze(rec, summ, records, model_ids)
     plots: list[Path] = []
     if "html" in formats:
         from sweeps.reports import plots as plots_mod
@@ -138,7 +142,7 @@ def write(
         plots, notes = plots_mod.write_plots(
             summ, stored.of(rec).space, analysis.importances, out_dir
         )
-        analysis = Analysis(analysis.importances, [*analysis.notes, *notes], analysis.sections)
+        analysis = Analysis(analysis.importances, [*analysis.notes, *notes], analysis.sections, analysis.model_ids)
         confirmed_plot = _confirmed_plot(rec, summ, out_dir)
         plots += [confirmed_plot] if confirmed_plot else []
         front_plot = _pareto_plot(rec, records, out_dir)
