@@ -268,13 +268,113 @@ def private_uses(path: Path) -> list[str]:
     return out
 
 
+def imported_names(tree: ast.AST) -> dict[str, str]:
+    """Every name a file binds by import (anywhere in it) -> the dotted path it stands for."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({(a.asname or a.name.split(".")[0]): (a.name if a.asname else a.name.split(".")[0])
+                          for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update({(a.asname or a.name): f"{node.module}.{a.name}" for a in node.names})
+    return names
+
+
+def dotted_base(node: ast.expr, names: dict[str, str]) -> str | None:
+    """``SearchAlgorithm`` or ``tune.Trainable`` as the dotted path the file's imports make of it."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        head = dotted_base(node.value, names)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def dependency_members(path: str) -> set[str] | None:
+    """The private names a dependency's class and its bases define (members, and ``self._x`` they assign), or
+    None when the class cannot be imported."""
+    import importlib
+    import inspect
+
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    found = {n for n in dir(cls) if n.startswith("_") and not n.startswith("__")}
+    for base in getattr(cls, "__mro__", (cls,)):
+        if base.__module__.split(".")[0] not in DEPENDENCIES:
+            continue
+        try:
+            found |= set(re.findall(r"self\.(_[A-Za-z]\w*)\s*(?::[^=\n]+)?=[^=]", inspect.getsource(base)))
+        except (OSError, TypeError):  # compiled: its members are in dir() already
+            pass
+    return found
+
+
+def own_members(cls: ast.ClassDef) -> set[str]:
+    """The names a class defines itself: methods, class attributes and every ``self.x = ...`` of its methods."""
+    found: set[str] = set()
+    for node in ast.walk(cls):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node is not cls:
+            found.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign | ast.AugAssign) else []
+        for t in targets:
+            for leaf in ast.walk(t):
+                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self":
+                    found.add(leaf.attr)
+                elif isinstance(leaf, ast.Name) and node in cls.body:
+                    found.add(leaf.id)
+    return found
+
+
+def inherited_private_uses(path: Path) -> list[str]:
+    """``self._x``, ``cls._x`` and ``super()._x`` in a class that subclasses a dependency's class, where ``_x`` is
+    the dependency's (its class defines it), or is not the class's own (nothing in it defines it)."""
+    tree = ast.parse(path.read_text())
+    names = imported_names(tree)
+    classes = {c.name: c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)}
+    out = []
+
+    def lineage(cls: ast.ClassDef, seen: frozenset[str] = frozenset()) -> tuple[set[str], set[str], bool]:
+        """(own names, the dependency's private names, whether a dependency's class is among its bases)."""
+        own, theirs, external = own_members(cls), set(), False
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:  # a class of this file
+                o, t, e = lineage(classes[base.id], seen | {cls.name})
+                own, theirs, external = own | o, theirs | t, external or e
+                continue
+            dotted = dotted_base(base, names)
+            if dotted and dotted.split(".")[0] in DEPENDENCIES:
+                external = True
+                theirs |= dependency_members(dotted) or set()
+        return own, theirs, external
+
+    for cls in classes.values():
+        own, theirs, external = lineage(cls)
+        if not external:
+            continue
+        for node in ast.walk(cls):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            base = node.value
+            on_self = isinstance(base, ast.Name) and base.id in ("self", "cls")
+            on_super = isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"
+            if (on_self or on_super) and (node.attr in theirs or node.attr not in own):
+                why = f"a base of {cls.name} from a dependency defines it" if node.attr in theirs else \
+                    f"nothing in {cls.name} defines it"
+                out.append(f"{path}:{node.lineno}: {ast.unparse(node)} ({why})")
+    return out
+
+
 def seam_files() -> list[Path]:
-    files = [*modules(), *sorted((REPO / "hydra_plugins").rglob("*.py"))]
+    files = [*modules(), *sorted((REPO / "hydra_plugins").rglob("*.py")), *sorted((REPO / EXAMPLES).rglob("*.py"))]
     return [p for p in files if LEVERS not in p.parents]
 
 
 def test_private_surfaces_live_only_in_the_levers_folder() -> None:
-    found = [use for p in seam_files() for use in private_uses(p)]
+    found = [use for p in seam_files() for use in [*private_uses(p), *inherited_private_uses(p)]]
     assert not found, ("private Ray/Tune/Train/Optuna/Hydra surfaces outside sweeps/execution/levers/ (move them "
                        "into a lever with a version check and a public fallback):\n" + "\n".join(found))
 
@@ -302,6 +402,45 @@ def test_the_seam_rule_refuses_a_planted_private_use(tmp_path: Path) -> None:
     clean = tmp_path / "clean.py"
     clean.write_text("class A:\n    def f(self):\n        return self._x, super()._y, type(self).__name__\n")
     assert private_uses(clean) == []
+
+
+def test_the_seam_rule_refuses_a_dependency_base_classs_private_member_on_self(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(textwrap.dedent("""
+        from hydra.plugins.config_source import ConfigSource
+
+        def make():
+            from ray.tune.search import SearchAlgorithm
+
+            class Gated(SearchAlgorithm):
+                def __init__(self):
+                    super().__init__()
+                    self._mine = 0
+
+                def is_finished(self):
+                    return self._finished or self._mine
+
+                def set_finished(self):
+                    self._finished = True
+
+            return Gated
+
+        class Mixin:
+            def _helper(self):
+                return self._mine
+
+        class Source(Mixin, ConfigSource):
+            def load_config(self, path):
+                return self._normalize_file_name(path), self._helper(), super()._get_header_dict("")
+
+            def undefined(self):
+                return self._nowhere
+    """))
+    found = "\n".join(inherited_private_uses(planted))
+    for needle in ("self._finished (a base of Gated", "self._normalize_file_name (a base of Source",
+                   "super()._get_header_dict", "self._nowhere (nothing in Source defines it)"):
+        assert needle in found, (needle, found)
+    assert "_mine" not in found and "_helper" not in found, found
 
 
 def test_every_lever_has_a_version_check_a_probe_and_a_fallback() -> None:

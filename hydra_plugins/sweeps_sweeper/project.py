@@ -15,6 +15,7 @@ Other Hydra apps in the same environment never see any of it (the variable is un
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
@@ -26,6 +27,34 @@ from omegaconf import OmegaConf
 PROJECT_ENV = "SWEEPS_HYDRA_PROJECT"  # the project's conf folder, set by sweeps.config.compose while it composes
 SCHEME = "sweepsproject"
 SPACES_GROUP, SPACES_DIR = "search_space", "search_spaces"
+SUFFIX = ".yaml"  # the only config suffix Hydra reads under version_base 1.2 and later
+NOT_CONFIGS = ("__pycache__", "__init__.py")
+HEADER_LINE = re.compile(r"^\s*#\s*@")
+
+
+def yaml_name(config_path: str) -> str:
+    """``group/option`` -> ``group/option.yaml`` (a name that already ends in ``.yaml`` is kept)."""
+    return config_path if config_path.endswith(SUFFIX) else config_path + SUFFIX
+
+
+def header_of(text: str) -> dict[str, str | None]:
+    """The ``# @key value`` lines that open a config file (``# @package _global_``), as Hydra reads them: empty
+    lines skipped, the first other line ends the header; ``package`` is None when not given."""
+    found: dict[str, str | None] = {}
+    for line in (raw.strip() for raw in text.splitlines()):
+        if not line:
+            continue
+        if not HEADER_LINE.match(line):
+            break
+        text = line.lstrip("#").strip()
+        words = text.split()
+        if len(words) != 2:
+            raise ValueError(f"Expected header format: KEY VALUE, got '{text}'" if len(words) < 2 else
+                             f"Too many components in '{text}'")
+        if words[0].startswith("@"):
+            found[words[0][1:]] = words[1]
+    found.setdefault("package", None)
+    return found
 
 
 class ProjectConfigSource(ConfigSource):
@@ -54,14 +83,14 @@ class ProjectConfigSource(ConfigSource):
     def load_config(self, config_path: str) -> ConfigResult:
         from sweeps.config import limits
 
-        name = self._normalize_file_name(config_path)
+        name = yaml_name(config_path)
         for candidate in self._candidates(name):
             real = Path(os.path.realpath(candidate))
             if real.is_file():
                 limits.check_file(real, os.path.dirname(name))
                 text = real.read_text(encoding="utf-8")
                 return ConfigResult(config=OmegaConf.load(real), path=f"{SCHEME}://{self.path}",
-                                    provider=self.provider, header=self._get_header_dict(text[:512]))
+                                    provider=self.provider, header=header_of(text[:512]))
         raise ConfigLoadError(f"Config not found : {config_path} in {self.path}")
 
     def available(self) -> bool:
@@ -71,8 +100,7 @@ class ProjectConfigSource(ConfigSource):
         return any(c.is_dir() for c in self._candidates(config_path))
 
     def is_config(self, config_path: str) -> bool:
-        name = self._normalize_file_name(config_path)
-        return any(c.is_file() for c in self._candidates(name))
+        return any(c.is_file() for c in self._candidates(yaml_name(config_path)))
 
     def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
         files: list[str] = []
@@ -80,8 +108,13 @@ class ProjectConfigSource(ConfigSource):
             if not folder.is_dir():
                 continue
             for entry in os.listdir(folder):
-                self._list_add_result(files=files, file_path=os.path.join(config_path, entry), file_name=entry,
-                                      results_filter=results_filter)
+                if entry in NOT_CONFIGS:
+                    continue
+                child = os.path.join(config_path, entry)
+                if results_filter in (None, ObjectType.GROUP) and self.is_group(child):
+                    files.append(entry)
+                if results_filter in (None, ObjectType.CONFIG) and self.is_config(child):
+                    files.append(entry.rsplit(".", 1)[0] if "." in entry else entry)
         return sorted(set(files))
 
 
