@@ -154,3 +154,22 @@ def test_an_earlier_experiments_unfinished_trials_do_not_make_a_later_run_interr
     records.append(SimpleNamespace(status="PENDING", path=None))  # never started: this run's
     assert recovery.unfinished_in(records, str(second)) == 1
     pickle.dumps(records)
+
+
+def test_extend_with_no_saved_scheduler_state_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from ray.tune.schedulers import ASHAScheduler
+
+    from sweeps.execution.tuning import schedstate
+    from sweeps.ops.resume import carry_scheduler
+
+    name = "s-ext2"
+    session.start(name).extras["scheduler"] = SimpleNamespace(inner=ASHAScheduler(max_t=6))
+    (tmp_path / "first").mkdir()  # an earlier experiment that saved no scheduler state
+    with caplog.at_level(logging.WARNING):
+        carry_scheduler(name, [str(tmp_path / "first")])
+        schedstate.callback(name, str(tmp_path / "ext")).on_step_begin(0, [])
+    said = [r.getMessage() for r in caplog.records if "AsyncHyperBandScheduler" in r.getMessage()]
+    assert len(said) == 1 and "starts the extension with its rungs empty" in said[0] and \
+        "the added trials are not judged" in said[0], said
