@@ -5,10 +5,15 @@ floor: Ray's public path, every lever off), nothing of this checkout on its path
 an empty folder:
 
 - the quickstart with a SIGTERM after its first trial, ``resume`` and ``promote`` (the floor's spine), with a
-  terminal that holds only ``sweeps``' own lines (Ray's and MLflow's go to the console log it names);
-- ``init``, ``new trainable mymlp`` and ``run +experiment=mymlp`` under a bundled scheduler that the project's own
-  ``conf/scheduler/asha.yaml`` overrides; ``doctor`` passing there and failing where no config resolves;
-- the ``hf`` extra named when it is missing (two processes creating a fresh store at once: tests/test_tracking.py);
+  terminal that holds only ``sweeps``' own lines (Ray's and MLflow's go to the console log it names; ``resume
+  -v`` shows them);
+- ``init`` (its starter experiment dry-run), ``new trainable mymlp`` and ``run +experiment=mymlp`` under a bundled
+  scheduler that the project's own ``conf/scheduler/asha.yaml`` overrides, started together with the starter
+  experiment in the project's fresh folder (two sweeps, two embedded Rays, one new store: both finish, and Train's
+  placement-group cleaner finds its own Ray); ``promote`` of the project's own ``mymlp`` from the ``sweeps``
+  script; ``doctor`` passing there and failing where no config resolves;
+- the ``hf`` extra named when it is missing (two processes creating a fresh store at once, in process:
+  tests/test_tracking.py);
 - nothing written into the venv's ``site-packages``.
 
 Why its own sweeps: the whole installation is the subject (a second Ray, a second virtualenv). Slow tier.
@@ -31,6 +36,9 @@ from freshvenv import UV_CACHE, pip_find_links
 pytestmark = pytest.mark.slow
 FLOOR = "2.53.0"  # the oldest Ray of pyproject.toml's range (docs/ray.md, "Ray versions")
 SMALL = ["sweep.num_samples=2", "trainable.params.epochs=2", "cluster.health_check_interval_s=0.1"]
+NOISE = ("Token authentication is enabled", "Creating initial MLflow database tables", "Configuration for experiment",
+         "tensorboard", "RayDeprecationWarning", "worker processes have been started")
+MANY_RAYS = "Found multiple active Ray instances"  # Train's cleaner lost its Ray (the state_api_address lever)
 
 
 class Installed:
@@ -127,15 +135,15 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         assert driver.returncode == 130, (out + err)[-4000:]
         terminal = out + err
         assert "Ray's, Tune's, MLflow's and the trials' own output" in err, err[-2000:]
-        for noise in ("Token authentication is enabled", "Creating initial MLflow database tables",
-                      "Configuration for experiment", "tensorboard"):
+        for noise in NOISE:
             assert noise not in terminal, f"{noise!r} reached the terminal:\n{terminal[-3000:]}"
-        console = next((quick / ".sweeps" / "logs").glob("console-*.log")).read_text()
-        assert "Configuration for experiment" in console, "Tune's box is in the console log"
-        resumed = ok(inst.sweeps(quick, "resume", "latest"))
+        (console,) = (quick / ".sweeps" / "logs").glob("console-*.log")
+        assert "Configuration for experiment" in console.read_text(), "Tune's box is in the console log"
+        resumed = ok(inst.sweeps(quick, "resume", "latest", "-v"))  # -v after the command: everything here
         assert "finished" in resumed
-        assert f"ray {FLOOR} is not a version it was checked against" in (quick / ".sweeps" / "logs").joinpath(
-            sorted(p.name for p in (quick / ".sweeps" / "logs").glob("console-*.log"))[-1]).read_text()
+        assert f"ray {FLOOR} is not a version it was checked against" in resumed, resumed[-3000:]
+        assert "View detailed results here" in resumed, f"-v shows Tune's lines:\n{resumed[-3000:]}"
+        assert list((quick / ".sweeps" / "logs").glob("console-*.log")) == [console], "-v writes no console log"
         promoted = inst.sweeps(quick, "promote", "latest", "--model-name", "floor-digits")
         assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-4000:]
         assert ok(inst.sweeps(quick, "doctor")).count("[FAIL]") == 0
@@ -144,6 +152,7 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         proj = tmp_path / "proj"
         proj.mkdir()
         ok(inst.sweeps(proj, "init"))
+        assert "sweep          : starter" in ok(inst.sweeps(proj, "run", "+experiment=starter", "--dry-run"))
         ok(inst.sweeps(proj, "new", "trainable", "mymlp"))
         assert (proj / "mymlp.py").is_file() and (proj / "conf" / "experiment" / "mymlp.yaml").is_file()
         (proj / "conf" / "scheduler").mkdir()
@@ -153,10 +162,22 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         dry = ok(inst.sweeps(proj, "run", "+experiment=mymlp", "--dry-run"))
         assert f"scheduler: asha <- {proj / 'conf' / 'scheduler' / 'asha.yaml'}" in dry, dry
         assert "searcher: random <- " in dry and "_bundled" in dry
-        ran = ok(inst.sweeps(proj, "run", "+experiment=mymlp", *SMALL))
-        assert "finished" in ran
-        rec = json.loads(next((proj / ".sweeps" / "sweeps").glob("mymlp-*.json")).read_text())
+        # two sweeps started together in the project's fresh folder (no .sweeps/ yet): both finish
+        assert not (proj / ".sweeps").exists()
+        pair = [inst.start(proj, "run", "+experiment=mymlp", *SMALL)]
+        time.sleep(3)
+        pair.append(inst.start(proj, "run", "+experiment=starter", "sweep.num_samples=1", "trainable.params.epochs=2"))
+        for proc in pair:
+            out, err = proc.communicate(timeout=900)
+            assert proc.returncode == 0 and "finished" in out + err, (out + err)[-4000:]
+        many = [str(p) for p in inst.ray_tmp.rglob("*.err") if MANY_RAYS in p.read_text(errors="replace")]
+        assert not many, f"{MANY_RAYS!r}: Train's placement-group cleaner died in {many[:3]}"
+        (record,) = (proj / ".sweeps" / "sweeps").glob("mymlp-*.json")
+        rec = json.loads(record.read_text())
         assert rec["config"]["scheduler"]["grace_period"] == 1, "the project's asha.yaml won"
+        # the project's own trainable, imported by the `sweeps` script (its sys.path starts at the venv's bin/)
+        promoted = inst.sweeps(proj, "promote", record.stem, "--model-name", "floor-mymlp")
+        assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-4000:]
         assert "experiments compose" in ok(inst.sweeps(proj, "doctor"))
         missing = inst.sweeps(proj, "run", "+experiment=charlm", "--dry-run")
         assert missing.returncode == 2 and "pip install 'sweeps[hf]'" in missing.stderr, missing.stderr
