@@ -110,7 +110,7 @@ class SweepsEnv:
             "PYTHONUNBUFFERED": "1",
             "RAY_USAGE_STATS_ENABLED": "0",
             # everything on the terminal, as before the console log (sweeps.cli.terminal): tests read Ray's and
-            # the levers' lines from the CLI's output; tests/test_package_slow.py checks the quiet terminal
+            # the levers' lines from the CLI's output; tests/test_installed_slow.py checks the quiet terminal
             "SWEEPS_CONSOLE": "terminal",
         }
 

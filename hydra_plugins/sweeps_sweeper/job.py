@@ -91,8 +91,9 @@ def write(folder: Path, ref: Mapping[str, Any], plan: SpacePlan, bases: Mapping[
 def environment(job_path: Path, app_root: str, conf_dir: Path) -> Iterator[None]:
     """The sweep's environment: the job file, the app's folder importable, the project's own conf folder.
 
-    ``SWEEPS_CONF_DIR`` is set (unless the user set it) because the app's own ``conf/config.yaml`` in the
-    working directory would otherwise be read as the sweep's config. Restored afterwards.
+    ``SWEEPS_CONF_DIR`` is set (unless the user set it) because the app's own ``conf/`` in the working
+    directory would otherwise be layered over sweeps' configs as a project's (its groups, say a ``scheduler/``
+    of the app's own, taking the place of sweeps'). Restored afterwards.
     """
     saved = {k: os.environ.get(k) for k in (JOB_ENV, "PYTHONPATH", "SWEEPS_CONF_DIR")}
     os.environ[JOB_ENV] = str(job_path)

@@ -97,7 +97,7 @@ class SweepsSweeper(Sweeper):
         ref, root = job.task_ref(task)
         options = {**self.options, "epochs": pipeline.epochs(self.options, next(iter(bases.values())))}
         overrides = pipeline.sweeps_overrides(options, str(config.hydra.job.name), str(sweep_dir), self.extra)
-        with job.environment(sweep_dir / job.JOB_FILE, root, paths.PACKAGE_ROOT / "conf"):
+        with job.environment(sweep_dir / job.JOB_FILE, root, paths.bundled_conf()):
             spec = pipeline.prepare(overrides, plan.space)
             job.write(sweep_dir, ref, plan, bases, spec.sweep.metric)
             log.info("sweeps: %s.%s over %s", ref["module"], ref["qualname"],
