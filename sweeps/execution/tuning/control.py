@@ -8,7 +8,7 @@ to it. What a request does:
   stall watchdog does not count a pause as a stall;
 - ``trial_stop``: the trial ends at its next report, as a scheduler's early stop (its checkpoint kept); its run
   in MLflow is tagged with who stopped it and when;
-- ``stop``: no trial starts; once every running trial has reported again (a checkpoint with it) the sweep
+- ``stop``: no trial starts; once every running trial has saved a checkpoint again (or ended) the sweep
   stops as after SIGTERM (resumable); ``stop_now`` does that at once.
 
 Each request is answered once; one for another run of the sweep (a stale one) is refused: every run draws its
@@ -160,7 +160,8 @@ def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple
         control.stopping = {"by": by, "since": time.time(), "now": verb == "stop_now", "waiting": waiting,
                             "request": request.get("id")}
         return "accepted", ("stopping now: running trials are killed" if verb == "stop_now" else
-                            f"no trial starts; the sweep stops once its {len(waiting)} running trial(s) reported")
+                            f"no trial starts; the sweep stops once its {len(waiting)} running trial(s) saved a "
+                            f"checkpoint again")
     return "refused", f"unknown verb {verb!r}"
 
 
