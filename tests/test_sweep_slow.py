@@ -96,9 +96,10 @@ STAGES = ("pg_wait", "trial_actor", "train_controller", "worker_group", "loop_se
 
 def test_every_start_is_split_into_stages_on_its_run_and_in_the_report(asha) -> None:  # noqa: ANN001
     """Each trial's run holds its start's stages (a 2-worker torch loop passes every point), adding up to the
-    start's total; the total covers the trial's own clock to its first report (Tune's ``time_total_s``, taken
-    in the trial actor); the report's stage table is the MLflow runs' figures, and the efficiency line splits
-    the slot-seconds."""
+    start's total; the total agrees with Tune's own clock of the start (``time_total_s`` of the first result:
+    from Tune's call into the trial actor, once it is up, to the result), which it holds plus only the trial
+    actor's lease and the driver's callbacks on its start (within 10%, or 2 s); the report's stage table is
+    the MLflow runs' figures, and the efficiency line splits the slot-seconds."""
     import statistics
 
     env, rec, stdout = asha
@@ -115,7 +116,12 @@ def test_every_start_is_split_into_stages_on_its_run_and_in_the_report(asha) -> 
         totals.append(m["startup/total_s"])
     for t in _trials(env, rec):
         first = t.history[0]
-        assert first["startup/total_s"] >= first["time_total_s"], "the trial's own clock runs inside the start"
+        total, tune_s = first["startup/total_s"], first["time_total_s"]
+        assert tune_s <= total + 0.05, ("Tune's clock runs inside the start", first)
+        # what Tune's clock cannot see: the trial actor's lease and the driver's callbacks on its start (the
+        # MLflow child run), the result's way back; measured 1.7 s of a 26 s start on a loaded machine
+        ahead = total - first["startup/pg_wait_s"] - tune_s
+        assert ahead <= max(0.1 * total, 2.0), ("the start, less its wait for room, is Tune's clock", first)
     summary = (env.root / "reports" / "digits_asha" / rec["sweep_id"] / "summary.md").read_text()
     table = summary.split("## Where the trials' seconds went", 1)[1]
     assert "from the trials' MLflow runs" in table
