@@ -198,33 +198,60 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
 
 
 def mismatch(inst: Installed, tmp_path: Path) -> None:
-    """A head started from the floor's venv; the project's own driver (this checkout's Ray) refuses it."""
+    """A head started from the floor's venv; the project's own driver (this checkout's Ray) refuses it: ``run``,
+    ``run --dry-run`` and ``doctor --address``, with the ``cluster_version`` lever on and switched off (the public
+    way: Ray's own refusal in a child process), each with one line and exit 2 (doctor: its check failed) in < 10 s,
+    and nothing of the driver left running (no process carrying its own RAY_TMPDIR or SWEEPS_HOME)."""
+    import psutil
     import ray
 
     from sweeps.ports import free_port
 
+    def carrying(marks: dict[str, str]) -> list[str]:
+        """Processes whose environment holds any of ``marks`` (the driver's children inherit it)."""
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                env = p.environ()
+            except (psutil.Error, OSError):
+                continue
+            if any(env.get(k) == v for k, v in marks.items()):
+                found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:200]}")
+        return found
+
     port, head_tmp = free_port(), tempfile_dir()
+    address = f"127.0.0.1:{port}"
     env = {**inst.env(tmp_path / "head-home"), "RAY_TMPDIR": head_tmp}
     started = subprocess.run([str(inst.venv / "bin" / "ray"), "start", "--head", "--port", str(port), "--num-cpus",
                               "1", "--include-dashboard=false", "--disable-usage-stats"], env=env, capture_output=True,
                              text=True, timeout=180)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
-        driver_env = {**os.environ, "SWEEPS_HOME": str(tmp_path / "driver-home"), "HOME": str(tmp_path / "user2"),
-                      "SWEEPS_CONSOLE": "terminal"}
-        t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "sweeps", "run", "+experiment=quickstart", "cluster=remote",
-                               f"cluster.address=127.0.0.1:{port}"], cwd=tmp_path, env=driver_env,
-                              capture_output=True, text=True, timeout=120)
-        took = time.monotonic() - t0
-        said = proc.stdout + proc.stderr
-        assert proc.returncode == 2 and took < 10, (proc.returncode, took, said[-3000:])
-        assert f"runs Ray {FLOOR}" in said and f"this driver Ray {ray.__version__}" in said, said[-3000:]
-        assert "ray job submit" in said and "Traceback" not in said, said[-3000:]
-        doctor = subprocess.run([sys.executable, "-m", "sweeps", "doctor", "--address", f"127.0.0.1:{port}"],
-                                cwd=tmp_path, env=driver_env, capture_output=True, text=True, timeout=120)
-        assert doctor.returncode != 0 and "[FAIL] cluster versions" in doctor.stdout, doctor.stdout[-3000:]
-        leftover = subprocess.run(["pgrep", "-f", str(tmp_path / "driver-home")], capture_output=True, text=True)
-        assert not leftover.stdout.strip(), "the refused driver left nothing running"
+        for off in ("", "cluster_version"):
+            marks = {"RAY_TMPDIR": tempfile_dir(), "SWEEPS_HOME": str(tmp_path / f"driver-home{off}")}
+            driver_env = {**os.environ, **marks, "HOME": str(tmp_path / "user2"), "SWEEPS_CONSOLE": "terminal",
+                          "SWEEPS_LEVERS_OFF": off}
+            canary = subprocess.Popen(["sleep", "60"], env=driver_env)  # the check below sees what it should
+            assert any(line.startswith(f"{canary.pid}:") for line in carrying(marks)), "the leftover check works"
+            canary.kill()
+            canary.wait()
+            run = ["run", "+experiment=quickstart", "cluster=remote", f"cluster.address={address}"]
+            for args in (run, [*run, "--dry-run"], ["doctor", "--address", address]):
+                t0 = time.monotonic()
+                proc = subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=tmp_path, env=driver_env,
+                                      capture_output=True, text=True, timeout=120)
+                took, said = time.monotonic() - t0, proc.stdout + proc.stderr
+                what = (off or "lever on", " ".join(args[:1] + args[-1:]), proc.returncode, round(took, 1))
+                if args[0] == "doctor":
+                    assert proc.returncode == 1 and "[FAIL] cluster versions" in proc.stdout, (what, said[-3000:])
+                else:
+                    assert proc.returncode == 2 and said.count("cluster.address:") == 1, (what, said[-3000:])
+                assert took < 10, (what, said[-3000:])
+                assert f"runs Ray {FLOOR}" in said and f"this driver Ray {ray.__version__}" in said, (what, said)
+                assert "ray job submit --address http://127.0.0.1:" in said and "Traceback" not in said, (what, said)
+                assert '--runtime-env-json \'{"py_modules": ["' in said and "--dry-run" not in said.split(
+                    "ray job submit")[1], (what, said[-3000:])
+                left = carrying(marks)
+                assert not left, (what, "the refused driver left these running", left)
     finally:
         subprocess.run(["pkill", "-9", "-f", head_tmp], check=False)
