@@ -245,7 +245,7 @@ def test_a_reused_trial_actors_placement_wait_is_counted_once(local_ray) -> None
 
 
 def test_the_peak_memory_mark_starts_afresh_for_each_sweep() -> None:
-    from sweeps.execution.cluster import raystart
+    from sweeps.execution.cluster import memory as raystart
 
     if not raystart.reset_peak_rss():
         pytest.skip("no /proc/self/clear_refs here")

@@ -239,3 +239,125 @@ def test_the_embedded_ray_preloads_torch_into_its_processes_as_the_plan_decides(
     assert got["8"]["torch"] is got["8"]["expected"]
     if os.cpu_count() and os.cpu_count() <= 16:
         assert got["8"]["torch"] is False, "eight 2-worker trials fill this machine's cores"
+
+
+# -- issue 43: processes leasable only once warm, a pool that waits out each start, the controller in the trial --
+
+def test_the_pool_waits_while_a_trial_is_between_its_start_and_its_first_result(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.execution.warmstart import pool
+
+    monkeypatch.delenv(pool.HOLD_SWITCH, raising=False)
+    assert pool.holds({"t1": 100.0}, now=101.0)
+    assert not pool.holds({"t1": 100.0}, now=100.0 + pool.HOLD_MAX_S + 1), "a start that never reports"
+    assert not pool.holds({}, now=101.0)
+    cb = pool.pool_callback(5, 1, 3)
+
+    class T:
+        trial_id = "t1"
+
+    cb.on_trial_start(0, [], T())
+    cb.on_step_begin(0, [])  # no refill asked for (it would need the raylet): the pool is not even made
+    assert cb.pool is None and "t1" in cb.starting
+    cb.on_trial_result(0, [], T(), {})
+    assert not cb.starting
+    monkeypatch.setenv(pool.HOLD_SWITCH, "0")
+    assert not pool.holds({"t1": 100.0}, now=101.0), "the benchmarks' baseline refills during starts"
+
+
+SITE_PROBE = "import json, sys; print(json.dumps({'colorsys': 'colorsys' in sys.modules, 'argv': sys.argv[1:]}))"
+
+
+def _site_run(tmp_path: Path, script: str, *args: str, extra_path: str = "") -> dict:
+    import json
+
+    from sweeps.execution.levers import site_preload
+
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", site_preload.MODULES_ENV)}
+    folder = site_preload.install(("colorsys",), root=str(tmp_path))
+    try:
+        env = {**os.environ}
+        if extra_path:
+            env["PYTHONPATH"] += os.pathsep + extra_path
+        path = tmp_path / script
+        path.write_text(SITE_PROBE)
+        out = subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        site_preload.uninstall(folder)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_ray_worker_imports_the_preload_before_it_runs_and_nothing_else_does(tmp_path: Path) -> None:
+    """The site_preload lever's sitecustomize: a Ray worker process of the WORKER kind imports the preload at
+    interpreter start (before default_worker.py connects to the raylet); a spill worker and any other script
+    do not; a sitecustomize further along the path still runs."""
+    assert _site_run(tmp_path, "default_worker.py", "--node-ip-address=127.0.0.1")["colorsys"]
+    assert _site_run(tmp_path, "default_worker.py", "--worker-type=WORKER")["colorsys"]
+    assert not _site_run(tmp_path, "default_worker.py", "--worker-type=SPILL_WORKER")["colorsys"]
+    assert not _site_run(tmp_path, "train.py")["colorsys"]
+    other = tmp_path / "theirs"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import sys\nsys.argv.append('theirs ran')\n")
+    assert _site_run(tmp_path, "train.py", extra_path=str(other))["argv"] == ["theirs ran"]
+    assert "SWEEPS_SITE_PRELOAD" not in os.environ, "uninstalled"
+
+
+IN_TRIAL = textwrap.dedent("""
+    import json, os
+    import ray, ray.train
+    from ray.train.v2.api.callback import UserCallback
+    from sweeps.execution.levers import lean_trainer
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    def loop(config):
+        ray.train.report({"x": 1.0})
+
+    class Where(UserCallback):
+        started = None
+        def controller_started(self, at):
+            Where.started = at
+        def after_report(self, run_context, metrics, checkpoint):
+            Where.pid = os.getpid()
+
+    @ray.remote(num_cpus=0)
+    class TrialActor:  # as Tune's trial actor runs the trial's fit()
+        def fit(self):
+            cls, named = lean_trainer.trainer("sweeps:s:t:r")
+            result = cls(loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
+                         run_config=ray.train.RunConfig(name="r", storage_path=os.environ["STORE"],
+                                                        callbacks=[Where(), *named])).fit()
+            here = getattr(Where, "pid", None) == os.getpid()
+            return {"cls": cls.__name__, "metrics": result.metrics, "here": here, "started": Where.started is not None}
+
+    print(json.dumps(ray.get(TrialActor.remote().fit.remote())))
+""")
+
+
+def test_the_controller_runs_in_the_trial_actors_process(tmp_path: Path) -> None:
+    """A lean fit runs Train's controller in the calling process (the trial actor's in a sweep): its report
+    callbacks run here, and the run ends with the loop's metrics; with the lever off, an actor of its own."""
+    import json
+
+    got = {}
+    for off in ("", "controller_in_trial"):
+        ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+        env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0",
+               "STORE": str(tmp_path / "store"), "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
+               levers_core.OFF: off}
+        try:
+            proc = subprocess.run([sys.executable, "-c", IN_TRIAL], env=env, capture_output=True, text=True,
+                                  timeout=180)
+        finally:
+            subprocess.run(["pkill", "-9", "-f", ray_tmp], check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got[off] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got[""] == {"cls": "InTrialTorchTrainer", "metrics": got["controller_in_trial"]["metrics"], "here": True,
+                       "started": True}, got
+    assert got["controller_in_trial"]["cls"] == "LeanTorchTrainer" and not got["controller_in_trial"]["here"]

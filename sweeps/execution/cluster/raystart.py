@@ -12,7 +12,7 @@ from typing import Any
 from sweeps import ports
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.cluster import loopback, shipping, versions
+from sweeps.execution.cluster import loopback, memory, shipping, versions
 from sweeps.execution.levers import auth_refresh, core
 from sweeps.execution.warmstart import pool, warm
 
@@ -123,7 +123,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     import ray
 
     _wait_stopped()  # a previous sweep's Ray may still be going (stop_in_background): never reuse it half-down
-    reset_peak_rss()  # this sweep's report states its own peak (a notebook kernel runs many)
+    memory.reset_peak_rss()  # this sweep's report states its own peak (a notebook kernel runs many)
     env = train_env(spec)
     for k, v in env.items():
         os.environ.setdefault(k, v)
@@ -234,16 +234,19 @@ def worker_pool_settings(levers: warm.Levers, trials_at_once: int = 1, workers_p
     starts imports torch and Ray Train before it is needed. ``SWEEPS_PRESTART=0`` turns the first prestart
     off (a benchmark lever).
     """
-    from sweeps.execution.levers import core, raylet_config
+    from sweeps.execution.levers import core, raylet_config, site_preload
 
     preloads = False
     if levers.pool:
         preloads, why = pool.preload(trials_at_once, workers_per_trial)
         log.debug("warm processes %s torch before work (%s)", "import" if preloads else "do not import", why)
     first_driver = os.environ.get("SWEEPS_PRESTART", "1") != "0"
+    if preloads and site_preload.ensure(raylet_config.PRELOAD):
+        preloads = False  # done before registration instead (a process is leasable only once warm)
     if (preloads or not first_driver) and core.applies(raylet_config.LEVER):
         return raylet_config.init_kwargs(preloads, first_driver)
     return {}
+
 
 
 def dashboard_settings(levers: warm.Levers) -> dict[str, Any]:
@@ -307,41 +310,10 @@ def stop() -> None:
 def _shutdown() -> None:
     import ray
 
+    from sweeps.execution.levers import site_preload
+
     if ray.is_initialized():
         ray.shutdown()
     loopback.leave_local()
+    site_preload.remove()
 
-
-STATUS = "/proc/self/status"
-CLEAR_REFS = "/proc/self/clear_refs"
-
-
-def reset_peak_rss() -> bool:
-    """Start this process's peak-memory mark afresh (Linux: ``5`` to ``/proc/self/clear_refs`` resets
-    ``VmHWM`` to the current RSS); False where it cannot (another OS, no permission): the peak is then the
-    process's own, since it began."""
-    try:
-        with open(CLEAR_REFS, "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_mb() -> float | None:
-    """This process's peak resident memory in MiB since :func:`reset_peak_rss` (``VmHWM``); where ``/proc`` has
-    none, its peak since it began (``getrusage``: KiB on Linux, bytes on macOS), or None."""
-    try:
-        with open(STATUS) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    import resource
-
-    try:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    except (OSError, ValueError):
-        return None
-    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)

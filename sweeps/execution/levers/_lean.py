@@ -16,8 +16,10 @@ imports it, once its lever applies. Anything else gets a plain ``TorchTrainer``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from typing import Any
 
 import ray
@@ -99,3 +101,24 @@ def added_env(job_env_vars: dict[str, str] | None) -> dict[str, str]:
     wanted = {**get_env_vars_to_propagate(), WARN_ASYNC_GET: os.environ.get(WARN_ASYNC_GET, "0")}
     have = dict(os.environ) if job_env_vars is None else job_env_vars
     return {k: v for k, v in wanted.items() if have.get(k) != v}
+
+
+class InTrialTorchTrainer(LeanTorchTrainer):  # type: ignore[misc]
+    """The lean trainer with Train's controller run in this process (the trial actor's), not an actor of its own:
+    one process less per trial start, and no lease or import of one. The controller's async control loop runs
+    on an event loop of its own in the calling thread (``fit()`` runs in the trial's fit thread); a callback
+    with ``controller_started(at)`` (the bridge) is told when the controller was made. Train hands its workers
+    the calling actor as "the controller": ``ray.train.get_all_reported_checkpoints()`` in a loop (which asks
+    the controller actor) needs the lever off. Outside an actor, the controller is an actor of its own."""
+
+    def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+        if ray.get_runtime_context().get_actor_id() is None:  # Train hands its workers the controller's actor
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+        controller = LeanController(**controller_init_kwargs)
+        made = time.time()
+        for cb in self.run_config.callbacks or []:  # the user's callbacks, as the controller holds them
+            started = getattr(cb, "controller_started", None)
+            if callable(started):
+                started(made)
+        asyncio.run(controller.run())
+        return controller.get_result()

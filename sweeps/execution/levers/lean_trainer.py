@@ -51,11 +51,42 @@ LEVER = Lever(
     fallback="Ray's own TorchTrainer: a fresh interpreter per Train process", probe=_probe)
 
 
-def trainer(pg_name: str) -> tuple[type, list[Any]]:
-    """The lean trainer class and the callback that names its worker group's placement group ``pg_name``."""
-    from sweeps.execution.levers import _lean
+def _probe_in_trial() -> str | None:
+    if problem := _probe():
+        return problem
+    import inspect
 
-    return _lean.LeanTorchTrainer, [_lean.PlacementGroupName(pg_name)]
+    from ray.train.v2._internal.execution.controller.controller import TrainController
+
+    return first(
+        has(TrainController, "run", "get_result"),
+        None if inspect.iscoroutinefunction(TrainController.run) else "TrainController.run is no coroutine",
+        None if not inspect.iscoroutinefunction(TrainController.get_result) else "TrainController.get_result "
+        "is a coroutine",
+    )
+
+
+IN_TRIAL = Lever(
+    name="controller_in_trial", package="ray", checked=("2.60.",),
+    what="the lean trainer runs Train's controller in the trial actor's own process (one process less per "
+         "trial start)",
+    fallback="the lean trainer's controller is an actor of its own (a warm process)", probe=_probe_in_trial)
+
+
+def trainer(pg_name: str) -> tuple[type, list[Any]]:
+    """The lean trainer class (its controller in this process where the ``controller_in_trial`` lever applies)
+    and the callback that names its worker group's placement group ``pg_name``."""
+    from sweeps.execution.levers import _lean, core
+
+    cls = _lean.InTrialTorchTrainer if core.applies(IN_TRIAL) else _lean.LeanTorchTrainer
+    return cls, [_lean.PlacementGroupName(pg_name)]
+
+
+def in_trial() -> bool:
+    """Whether the lean trainer's controller runs in the trial actor's process (one process less per start)."""
+    from sweeps.execution.levers import core
+
+    return core.applies(LEVER) and core.applies(IN_TRIAL)
 
 
 def added_env(job_env_vars: dict[str, str] | None) -> dict[str, str]:

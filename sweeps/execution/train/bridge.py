@@ -151,6 +151,10 @@ def bridge_callback(address: str, token: bytes, *, driver_node: str | None) -> A
             self.__dict__.update(state)
             self.up = time.time()  # unpickled by the Train controller as its actor starts: the controller is up
 
+        def controller_started(self, at: float) -> None:
+            """A controller run in the trial's own process (the lean trainer's) was made at ``at``."""
+            self.up = at
+
         def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
             if SEED_KEY in metrics[0]:
                 return  # the seeding report: Tune already has this checkpoint

@@ -137,22 +137,60 @@ class Pool:
         return missing
 
 
+HOLD_SWITCH = "SWEEPS_POOL_HOLD"  # "0": refill during trial starts too (the benchmarks' baseline)
+HOLD_MAX_S = 60.0  # a start with no first result after this long no longer holds the pool back
+
+
+def holds(starting: dict[str, float], now: float) -> bool:
+    """Whether the pool waits: some trial started less than ``HOLD_MAX_S`` ago and has not reported yet.
+
+    A process the raylet starts registers as leasable before it has imported torch, and the raylet leases its
+    newest idle process first: one started while a trial starts is handed to that trial's controller or
+    workers half-warm, whose actors then wait for its imports, which compete for the cores with the start
+    itself (benchmarks/results/startup_profile.txt). So the pool is refilled between starts, not during them.
+    """
+    if os.environ.get(HOLD_SWITCH, "1") == "0":
+        return False
+    return any(now - began < HOLD_MAX_S for began in starting.values())
+
+
 def pool_callback(per_trial: int, concurrency: int, total_trials: int | None) -> Any:
-    """A Tune callback that refills the pool every second of Tune's loop (made once Ray runs)."""
+    """A Tune callback that refills the pool every second of Tune's loop (made once Ray runs), except while a
+    trial is between its start and its first result (:func:`holds`). ``per_trial``: processes a trial start
+    takes with its controller an actor of its own; one less where the controller runs in the trial actor."""
     from ray.tune import Callback
+
+    from sweeps.execution.levers import lean_trainer
+
+    per_trial -= 1 if lean_trainer.in_trial() else 0
 
     class Refill(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             self.pool: Pool | None = None
             self.next_at = 0.0
+            self.starting: dict[str, float] = {}  # trial -> when it started, until its first result
 
         def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks into tuner.pkl
-            return {**self.__dict__, "pool": None}
+            return {**self.__dict__, "pool": None, "starting": {}}
+
+        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.starting[trial.trial_id] = time.monotonic()
+
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            self.starting.pop(trial.trial_id, None)
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.starting.pop(trial.trial_id, None)
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.starting.pop(trial.trial_id, None)
 
         def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-            if time.monotonic() < self.next_at:
+            now = time.monotonic()
+            if now < self.next_at or holds(self.starting, now):
                 return
-            self.next_at = time.monotonic() + EVERY_S
+            self.next_at = now + EVERY_S
             if self.pool is None:
                 self.pool = Pool(per_trial, concurrency, total_trials)
             self.pool.refill(trials)  # a /proc scan and, now and then, one local gRPC call: milliseconds
