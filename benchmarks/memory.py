@@ -1,13 +1,17 @@
 """The sweep driver's memory over thousands of short trials: RSS against finished trials, and MLflow's share.
 
 `sweeps`' whole run pipeline in one fresh process (``prepare`` + ``execute``: MLflow parent and child runs, the
-index record, every callback, results read back, summary, report), with the trial swapped for a trivial
-function trainable (as benchmarks/scale.py does: the bookkeeping path, no Train). A thread samples the
-driver's own RSS (``/proc/self/status``) every second together with the finished-trial count the driver
-writes into the sweep's live record (``sweeps-live/status.json``). Printed: the RSS after the first
-``--warm`` finished trials and at the end, the growth per finished trial past those, the peak, MLflow's share
-of the driver's wall time (the tracker's own timer), and how long ``sweeps list``/``status``/``report`` take
-on the finished sweep.
+index record, every callback, results read back, summary, report), with the trial swapped for a trivial function
+trainable (as benchmarks/scale.py does: the bookkeeping path, no Train) that reports a tiny checkpoint with every
+result (the tracker's and the keeper's per-checkpoint state is what a real sweep grows most). A thread samples the
+driver's own RSS (``/proc/self/status``) every second together with the finished-trial count the driver writes into
+the sweep's live record (``sweeps-live/status.json``). Printed: the RSS after the first ``--warm`` finished trials
+and at the end, the growth per finished trial past those, the peak, MLflow's share of the driver's wall time (the
+tracker's own timer), and how long ``sweeps list``/``status``/``report`` take on the finished sweep.
+
+With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations (``tracemalloc``, 10 frames; slows
+the driver) and prints what grew between the ``--warm``-th finished trial and the last, by the line that
+allocated it (the biggest 25) and by file.
 
     python benchmarks/memory.py [--trials 5000] [--concurrency 4] [--warm 500] [--out benchmarks/results/memory.txt]
 """
@@ -26,10 +30,38 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import trivial  # noqa: E402  (the same trivial trainable)
-
 REPO = Path(__file__).resolve().parent.parent
+TRACE = "SWEEPS_BENCH_TRACEMALLOC"
+METRIC = "val/acc"
+
+
+def trivial(config: dict[str, Any], reports: int) -> None:
+    """A function trainable that does no training: ``reports`` results, each with a tiny checkpoint."""
+    import tempfile as _tempfile
+
+    from ray import tune
+
+    for i in range(1, reports + 1):
+        with _tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"epoch": i}))
+            tune.report({METRIC: float(config.get("lr", 0.0)) * i, "epoch": i},
+                        checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def growth(first: Any, last: Any, top: int = 25) -> list[str]:
+    """What grew between two tracemalloc snapshots: by allocating line (``top``), then by file."""
+    import tracemalloc
+
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    a, b = first.filter_traces(keep), last.filter_traces(keep)
+    lines = ["  tracemalloc: grown by line (KiB, blocks):"]
+    for stat in b.compare_to(a, "lineno")[:top]:
+        frame = stat.traceback[0]
+        lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d}  {frame.filename}:{frame.lineno}")
+    lines.append("  tracemalloc: grown by file (KiB):")
+    for stat in b.compare_to(a, "filename")[:top]:
+        lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB  {stat.traceback[0].filename}")
+    return lines
 
 
 def rss_kb() -> int:
@@ -59,10 +91,19 @@ def child(a: argparse.Namespace) -> None:
     home = Path(os.environ["SWEEPS_HOME"])
     samples: list[tuple[float, int, int | None]] = []
     done = threading.Event()
+    tracing = os.environ.get(TRACE) == "1"
+    snaps: list[Any] = []
+    if tracing:
+        import tracemalloc
+
+        tracemalloc.start(10)
 
     def sample() -> None:
         while not done.is_set():
-            samples.append((time.time(), rss_kb(), finished(home)))
+            n = finished(home)
+            samples.append((time.time(), rss_kb(), n))
+            if tracing and not snaps and n is not None and n >= a.warm:
+                snaps.append(tracemalloc.take_snapshot())
             done.wait(1.0)
 
     def function_trainable(spec: Any, sweep_id: str) -> Any:
@@ -79,6 +120,8 @@ def child(a: argparse.Namespace) -> None:
     out = runner.execute(spec, overrides)
     wall = time.perf_counter() - t
     done.set()
+    if tracing and snaps:
+        print("\n".join(growth(snaps[0], tracemalloc.take_snapshot())), flush=True)
     from mlflow.tracking import MlflowClient
 
     metrics = MlflowClient(tracking_uri=out.record.tracking_uri).get_run(out.record.parent_run_id).data.metrics
@@ -143,9 +186,10 @@ def main() -> None:
     line = next((x for x in proc.stdout.splitlines() if x.startswith("MEMORY ")), None)
     if line is None:
         sys.exit(f"the sweep did not finish (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    text = "\n".join([f"$ python benchmarks/{Path(__file__).name} --trials {a.trials} --concurrency "
-                      f"{a.concurrency} --warm {a.warm}",
-                      *summarize(a, json.loads(line[len("MEMORY "):]), home, env)])
+    traced = [x for x in proc.stdout.splitlines() if x.startswith("  tracemalloc") or x.startswith("    ")]
+    text = "\n".join([f"$ {TRACE}={os.environ.get(TRACE, '0')} python benchmarks/{Path(__file__).name} --trials "
+                      f"{a.trials} --concurrency {a.concurrency} --warm {a.warm}",
+                      *summarize(a, json.loads(line[len("MEMORY "):]), home, env), *traced])
     print(text)
     if a.out:
         Path(a.out).write_text(text + "\n")
