@@ -3,7 +3,8 @@
 Trials run one at a time over a fixed grid of a deterministic loop (:mod:`decisions`), so a straight sweep's
 decisions are known (Tune's own scheduler classes fed the same results in the same order); each sweep here is
 stopped after some trials (SIGTERM, SIGKILL of the driver), resumed, and must give every configuration the
-same epochs. Each test needs its own sweep: the stop is the subject. Slow tier.
+same epochs. Each scheduler needs its own sweep: the stop is the subject (ASHA's sweep is stopped twice, SIGTERM
+then SIGKILL, and extended). Slow tier.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,53 +77,65 @@ def _asha() -> object:
 ASHA = ["+experiment=detloop", "scheduler=asha", "scheduler.grace_period=1", "scheduler.reduction_factor=2"]
 
 
-def test_asha_resumed_after_sigterm_decides_as_the_straight_run_even_with_a_damaged_tuner_pkl(
+def _said(proc: subprocess.CompletedProcess[str] | str) -> str:
+    return proc if isinstance(proc, str) else proc.stdout + proc.stderr
+
+
+def _final_counts_line(said: str) -> str:
+    return [line for line in said.splitlines() if "trials:" in line and "done" in line][-1]
+
+
+def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and_extend_judges_by_the_old(
         tmp_path: Path) -> None:
-    """SIGTERM after 3 trials, tuner.pkl then truncated (a driver killed mid-write): resume puts the kept copy
-    back, restores ASHA's rungs, runs one trial at a time again, and every lr gets the straight run's epochs.
-    The status line after the resume counts the trials before the stop too, as the final summary does."""
+    """One sweep, stopped twice. SIGTERM after 2 trials, then tuner.pkl and the scheduler's saved state truncated
+    (a driver killed mid-write): the resume puts both back (the scheduler's state from the set kept with the
+    experiment state: nothing lost). SIGKILL of the resumed driver after 4 trials (its last saved state up to a
+    checkpoint old), resumed again. Every lr gets the straight run's epochs, one trial at a time; the status line
+    after each resume ranks the best trial before the stop first and counts as the final summary does. Then
+    `extend --more-trials 2` adds exactly 2 trials, judged against the rungs of the 6 before them."""
     p = Project(tmp_path)
     try:
-        out = _stop_after(p, p.start("run", *ASHA), 3, signal.SIGTERM)
+        out = _stop_after(p, p.start("run", *ASHA), 2, signal.SIGTERM)
         rec = p.record()
         assert rec and rec["status"] == "interrupted", out[-3000:]
-        tuner_pkl = Path(rec["experiment_dirs"][0]) / "tuner.pkl"
-        tuner_pkl.write_bytes(tuner_pkl.read_bytes()[: tuner_pkl.stat().st_size // 2])
+        exp = Path(rec["experiment_dirs"][0])
+        best_before = json.loads((exp / "sweeps-live" / "status.json").read_text())["best"]
+        assert best_before["params"]["lr"] == 0.05, best_before
+        for damaged in (exp / "tuner.pkl", sorted(exp.glob("callback-states-*.pkl"))[-1]):
+            damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+        said = first = _stop_after(p, p.start("resume", "latest"), 4, signal.SIGKILL)
+        assert "tuner.pkl was damaged: put back" in said, said[-3000:]
+        assert "was damaged: put back from the copy kept with the experiment state it belongs to (nothing is lost)" \
+            in said, said[-3000:]
+        assert "the scheduler AsyncHyperBandScheduler continues from its state" in said, said[-3000:]
         resumed = p.run("resume", "latest")
-        said = resumed.stdout + resumed.stderr
+        said = _said(resumed)
         assert resumed.returncode == 0, said[-4000:]
         rec = p.record()
         assert epochs_by_lr(rec["experiment_dirs"]) == straight_epochs(_asha(), LRS, EPOCHS)
-        assert "tuner.pkl was damaged: put back" in said, said[-3000:]
-        assert "the scheduler AsyncHyperBandScheduler continues from its state" in said, said[-3000:]
-        assert overlapping(rec["experiment_dirs"]) == 1, "sweep.max_concurrent_trials=1 held after the resume"
-        final = [line for line in said.splitlines() if "trials:" in line and "done" in line][-1]
+        assert overlapping(rec["experiment_dirs"]) == 1, "sweep.max_concurrent_trials=1 held after each resume"
+        bests = [line.split("| best ", 1)[1] for line in (first + said).splitlines() if "| best " in line]
+        assert bests and all(b.startswith(f"score {best_before['value']:.4g} (trial {best_before['trial_id']}")
+                             for b in bests), ("the best after the resume is the best before the stop", bests)
         c = rec["counts"]
-        assert f"{c['completed'] + c['early_stopped']} done ({c['early_stopped']} stopped early)" in final, \
-            (final, c)
-    finally:
-        p.env.cleanup()
+        assert f"{c['completed'] + c['early_stopped']} done ({c['early_stopped']} stopped early)" in \
+            _final_counts_line(said), (_final_counts_line(said), c)
 
-
-def test_asha_resumed_after_sigkill_decides_as_the_straight_run_and_extend_judges_new_trials_by_the_old(
-        tmp_path: Path) -> None:
-    """SIGKILL of the driver after 3 trials (its last saved state is up to one checkpoint old): the resume still
-    decides as the straight run; then `extend` adds 2 trials, judged against the rungs of the 6 before them."""
-    p = Project(tmp_path)
-    try:
-        _stop_after(p, p.start("run", *ASHA), 3, signal.SIGKILL)
-        resumed = p.run("resume", "latest")
-        assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
-        rec = p.record()
-        assert epochs_by_lr(rec["experiment_dirs"]) == straight_epochs(_asha(), LRS, EPOCHS)
         extended = p.run("extend", "latest", "--more-trials", "2")
-        assert extended.returncode == 0, (extended.stdout + extended.stderr)[-4000:]
+        said = _said(extended)
+        assert extended.returncode == 0, said[-4000:]
         rec = p.record()
         added = _lrs_in_order(rec["experiment_dirs"][-1])
+        assert len(added) == 2, ("--more-trials 2 adds 2 trials, not 2 passes over the grid", added)
         oracle = _asha()
         straight_epochs(oracle, LRS, EPOCHS)  # ASHA's rungs as the first six trials left them
         expected = [straight_epochs(oracle, [lr], EPOCHS)[lr] for lr in added]  # then each added trial, in order
         assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected)
+        c = rec["counts"]
+        assert c["total"] == 8 and f"8 done ({c['early_stopped']} stopped early)" in _final_counts_line(said), \
+            ("the extension's status line counts every trial of the sweep", _final_counts_line(said), c)
+        ext_status = json.loads((Path(rec["experiment_dirs"][-1]) / "sweeps-live" / "status.json").read_text())
+        assert ext_status["best"]["trial_id"] == best_before["trial_id"], ext_status["best"]
     finally:
         p.env.cleanup()
 
@@ -183,9 +198,11 @@ def test_hyperband_resumed_after_sigterm_decides_as_a_straight_sweep(tmp_path: P
         p.env.cleanup()
 
 
-def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop(tmp_path: Path) -> None:
+def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop_and_runs_two_at_once(
+        tmp_path: Path) -> None:
     """PBT's population (each trial's last score and last perturbation) as saved with the stopped sweep's state
-    is the one the resumed run decides from."""
+    is the one the resumed run decides from; and the resumed run runs trials two at a time, as the first run did
+    (sweep.max_concurrent_trials=2), never more: counted from the sweep's live status while it runs."""
     import ray.cloudpickle as cloudpickle
     from ray.tune import ExperimentAnalysis
     from ray.tune.schedulers import PopulationBasedTraining
@@ -193,7 +210,7 @@ def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop(tmp
     from sweeps.execution.levers import scheduler_state
 
     p = Project(tmp_path)
-    args = ["+experiment=detloop", "scheduler=pbt", "searcher=random", "sweep.num_samples=3",
+    args = ["+experiment=detloop", "scheduler=pbt", "searcher=random", "sweep.num_samples=4",
             "sweep.max_concurrent_trials=2", "trainable.params.epochs=10", "trainable.params.epoch_sleep_s=0.3",
             "checkpoint.num_to_keep=10",
             "scheduler.hyperparam_mutations={lr: {dist: choice, values: [0.05, 0.02, 0.005]}}"]
@@ -205,9 +222,23 @@ def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop(tmp
         before = PopulationBasedTraining(hyperparam_mutations={"lr": [1]})
         scheduler_state.load(before, saved["data"], {t.trial_id: t for t in ExperimentAnalysis(exp).trials})
         expected = {k: list(v) for k, v in sorted(scheduler_state.population(before).items())}
-        resumed = p.run("resume", "latest")
-        said = resumed.stdout + resumed.stderr
+        status = Path(exp) / "sweeps-live" / "status.json"
+        status.unlink()  # the resumed run's own
+        resumed = p.start("resume", "latest")
+        output: list[str] = []
+        reader = threading.Thread(target=lambda: output.append(resumed.stdout.read()))  # a full pipe would block it
+        reader.start()
+        at_once = []
+        while resumed.poll() is None:
+            try:
+                at_once.append(json.loads(status.read_text())["trials"]["running"])
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.3)
+        reader.join(timeout=60)
+        said = "".join(output)
         assert resumed.returncode == 0, said[-4000:]
+        assert max(at_once, default=0) == 2, ("two trials at once after the resume, never more", at_once)
         line = next(x for x in said.splitlines() if "the scheduler PopulationBasedTraining continues" in x)
         assert json.loads(line.split("; population ", 1)[1]) == expected, (line, expected)
     finally:

@@ -140,10 +140,21 @@ def test_sigterm_stops_like_ctrl_c_live_sweeps_are_refused_and_extend_survives_a
         assert not _runs(env, rec, "RUNNING"), "SIGTERM left MLflow runs RUNNING"
         assert {r.info.status for r in _runs(env, rec)} <= {"KILLED", "FINISHED"}
 
+        # tuner.pkl cut short (a full disk) and no good copy of it: resume cannot continue this experiment; it says
+        # so in one line naming the sweep and the way out, `extend`, which continues the search in a new one
+        exp = Path(rec["experiment_dirs"][0])
+        (exp / "tuner.pkl").write_bytes((exp / "tuner.pkl").read_bytes()[:40])
+        (exp / "sweeps-good" / "tuner.pkl").unlink()
         proc = env.run("resume", "latest")
+        lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert "tuner.pkl is damaged and no good copy was kept" in lines[0] and \
+            f"`python -m sweeps extend {rec['sweep_id']} --more-trials N`" in lines[0], lines
+        proc = env.run("extend", "latest", "--more-trials", "1")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         rec = _index(env)
-        assert rec["status"] == "finished" and rec["counts"]["completed"] == 2
+        assert rec["status"] == "finished" and rec["counts"]["completed"] == 1 and len(rec["experiment_dirs"]) == 2, rec
+        assert (exp / "damaged-tuner.pkl").exists() and not _runs(env, rec, "RUNNING")
 
         stopped = subprocess.run([sys.executable, "-c", EXTEND_INTERRUPTED, rec["sweep_id"]], cwd=env.root,
                                  env=env.env, capture_output=True, text=True, timeout=300)
@@ -167,16 +178,35 @@ def _windows(rec: dict) -> list[tuple[float, float]]:
     return out
 
 
-def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path: Path) -> None:
+def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds_across_a_resume(tmp_path: Path) -> None:
+    """The time budget is the sweep's: stopped (SIGTERM) after it counted some seconds, the resumed run gets what
+    is left of it, not the whole budget again; one trial at a time throughout."""
     env = SweepsEnv(tmp_path)
     try:
         # One-epoch trials and 80 s: room for two trials even when each takes ~30 s to start on a busy box.
-        proc = env.run("run", *TINY, "sweep.num_samples=-1", "sweep.time_budget_s=80",
-                       "sweep.max_concurrent_trials=1", "trainable.params.epochs=1", timeout=420)
+        budget = 80
+        t0 = time.monotonic()
+        proc = env.popen("run", *TINY, "sweep.num_samples=-1", f"sweep.time_budget_s={budget}",
+                         "sweep.max_concurrent_trials=1", "trainable.params.epochs=1")
+        wait_for(lambda: proc.poll() is not None or (time.monotonic() - t0 > 45 and _index_rec(env) and
+                 any(_rows(d) for d in _trial_dirs(_index_rec(env)))), 300, 0.5, "a first trial and 45 s")
+        assert proc.poll() is None, "the sweep ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 130, out[-3000:]
+        before = _index(env)
+        counted = before["running_s"]
+        assert 20 <= counted < budget, before
+
+        proc = env.run("resume", "latest", timeout=420)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "stopped by sweep.time_budget_s" in proc.stdout
         rec = _index(env)
         assert rec["status"] == "finished" and rec["stop_reason"] == "time_budget"
+        resumed_s = rec["wall_s"] - before["wall_s"]
+        assert resumed_s < budget - counted + 20, ("the resumed run had what was left of the budget, not all of it",
+                                                   resumed_s, counted)
+        assert budget <= rec["running_s"] < budget + 20, rec["running_s"]
         parent = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"])
         assert parent.info.status == "FINISHED" and parent.data.tags["stop_reason"] == "time_budget"
         windows = sorted(_windows(rec))
@@ -186,6 +216,11 @@ def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds(tmp_path:
         assert not overlaps, f"max_concurrent_trials=1 but trials overlapped: {overlaps}"
     finally:
         env.cleanup()
+
+
+def _index_rec(env: SweepsEnv) -> dict | None:
+    found = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
+    return json.loads(found[0].read_text()) if len(found) == 1 else None
 
 
 def test_a_grid_runs_exactly_the_grid_times_the_repeats_and_promote_takes_the_checkpoint_tune_ranked_best(
