@@ -10,8 +10,8 @@ and at the end, the growth per finished trial past those, the peak, MLflow's sha
 tracker's own timer), and how long ``sweeps list``/``status``/``report`` take on the finished sweep.
 
 With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations (``tracemalloc``, 10 frames; slows
-the driver) and prints what grew between the ``--warm``-th finished trial and the last, by the line that
-allocated it (the biggest 25) and by file.
+the driver) and prints what grew between the ``--warm``-th finished trial and 90% of them (before the report),
+by the line that allocated it (the biggest 25) and by file.
 
     python benchmarks/memory.py [--trials 5000] [--concurrency 4] [--warm 500] [--out benchmarks/results/memory.txt]
 """
@@ -58,6 +58,13 @@ def growth(first: Any, last: Any, top: int = 25) -> list[str]:
     for stat in b.compare_to(a, "lineno")[:top]:
         frame = stat.traceback[0]
         lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d}  {frame.filename}:{frame.lineno}")
+    lines.append("  tracemalloc: grown by call path (KiB; the innermost sweeps/Ray/MLflow frame, then the line):")
+    for stat in b.compare_to(a, "traceback")[:top]:
+        ours = [f for f in stat.traceback if any(k in f.filename for k in ("/sweeps/", "/ray/", "/mlflow/"))]
+        at = ours[-1] if ours else stat.traceback[-1]
+        leaf = stat.traceback[-1]
+        lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d}  {at.filename}:{at.lineno}"
+                     f" -> {Path(leaf.filename).name}:{leaf.lineno}")
     lines.append("  tracemalloc: grown by file (KiB):")
     for stat in b.compare_to(a, "filename")[:top]:
         lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB  {stat.traceback[0].filename}")
@@ -102,8 +109,8 @@ def child(a: argparse.Namespace) -> None:
         while not done.is_set():
             n = finished(home)
             samples.append((time.time(), rss_kb(), n))
-            if tracing and not snaps and n is not None and n >= a.warm:
-                snaps.append(tracemalloc.take_snapshot())
+            if tracing and n is not None and len(snaps) < 2 and n >= (a.warm, int(0.9 * a.trials))[len(snaps)]:
+                snaps.append((n, tracemalloc.take_snapshot()))  # past the warm-up; near the end, before the report
             done.wait(1.0)
 
     def function_trainable(spec: Any, sweep_id: str) -> Any:
@@ -120,8 +127,10 @@ def child(a: argparse.Namespace) -> None:
     out = runner.execute(spec, overrides)
     wall = time.perf_counter() - t
     done.set()
-    if tracing and snaps:
-        print("\n".join(growth(snaps[0], tracemalloc.take_snapshot())), flush=True)
+    if tracing and len(snaps) == 2:
+        (n0, first), (n1, last) = snaps
+        print(f"  tracemalloc: {n0} -> {n1} finished trials", flush=True)
+        print("\n".join(growth(first, last)), flush=True)
     from mlflow.tracking import MlflowClient
 
     metrics = MlflowClient(tracking_uri=out.record.tracking_uri).get_run(out.record.parent_run_id).data.metrics

@@ -231,11 +231,21 @@ def handwritten_case(workers: int, a: argparse.Namespace) -> None:
 
 
 def variants(a: argparse.Namespace) -> list[tuple[str, Path, dict[str, str]]]:
+    """``LABEL=CHECKOUT[,KEY=VALUE...]``; a piece without ``=`` continues the previous value (a value with commas:
+    ``SWEEPS_LEVERS_OFF=site_preload,controller_in_trial``)."""
     out = []
     for v in a.variant or [f"this={REPO}"]:
         label, _, rest = v.partition("=")
-        path, *envs = rest.split(",")
-        out.append((label, Path(path).resolve(), dict(e.split("=", 1) for e in envs)))
+        path, *pieces = rest.split(",")
+        env: dict[str, str] = {}
+        last = ""
+        for piece in pieces:
+            if "=" in piece:
+                last, _, value = piece.partition("=")
+                env[last] = value
+            elif last:
+                env[last] += "," + piece
+        out.append((label, Path(path).resolve(), env))
     return out
 
 

@@ -113,7 +113,7 @@ def round_(case: str, quiet_s: float, workdir: Path) -> dict[str, Any]:
     loopback.enter_local()
     if case == "site":
         site_preload.install(raylet_config.PRELOAD)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False,  # idle processes kept: up to 6
              **raylet_config.init_kwargs(preload=case != "site"))
     try:
         p = pool.Pool(per_trial=5, concurrency=1, total_trials=1)
