@@ -244,6 +244,41 @@ def test_best_checkpoint_is_each_childs_logged_model_stored_once(logged: Logged,
     assert not (logged.env.root / "mlartifacts").exists() and not (logged.env.root / "mlruns").exists()
 
 
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_the_leaderboard_is_the_reports_ranking_and_the_artifact_store_holds_each_checkpoint_once(
+        logged: Logged) -> None:
+    """MLflow's order of the trials' models by the metric is trials.csv's ranking, trial for trial (with the
+    model ids the report names); the bytes of the artifact store's model folders are the bytes of the best
+    checkpoints, once, and no run's artifacts hold a checkpoint file."""
+    import csv
+
+    c, exp = logged.client, logged.parent.info.experiment_id
+    ordered = [m for m in c.search_logged_models([exp], order_by=[{"field_name": "metrics.val/acc",
+                                                                    "ascending": False}])
+               if m.tags.get("sweeps.model_kind") == "trial"]
+    record = json.loads((logged.env.home / "sweeps" / f"{logged.sweep_id}.json").read_text())
+    with open(Path(record["report_dir"]) / "trials.csv") as f:
+        rows = sorted((r for r in csv.DictReader(f) if r["rank"]), key=lambda r: int(r["rank"]))
+    assert [m.tags["sweeps.trial_id"] for m in ordered] == [r["trial_id"] for r in rows]
+    assert [m.model_id for m in ordered] == [r["model_id"] for r in rows]
+    summary_md = (Path(record["report_dir"]) / "summary.md").read_text()
+    assert all(m.model_id in summary_md for m in ordered), "summary.md names the models where it ranks them"
+    checkpoints = sum(_bytes(Path(m.tags["sweeps.checkpoint"])) for m in ordered)
+    assert all(m.artifact_location.startswith("mlflow-artifacts:/") for m in ordered)  # proxied by the server
+    stored = sum(_bytes(logged.artifacts / m.artifact_location.removeprefix("mlflow-artifacts:/"))
+                 for m in ordered)
+    assert stored == checkpoints > 0, (stored, checkpoints)
+    run_files = [p for r in [logged.parent, *logged.children] for p in
+                 (logged.artifacts / exp / r.info.run_id).rglob("*") if p.is_file()]
+    assert not [p for p in run_files if p.name in ("model.pt", "optimizer.pt")], run_files
+    print(f"artifact store: {stored} bytes of models for {checkpoints} bytes of best checkpoints; "
+          f"{sum(p.stat().st_size for p in run_files)} bytes of run artifacts (config, report)")
+
+
 @pytest.mark.slow
 def test_no_run_is_left_running(logged: Logged) -> None:
     exp = logged.client.get_experiment_by_name("quickstart")
