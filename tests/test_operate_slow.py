@@ -18,7 +18,10 @@ from conftest import mlflow_client, wait_for
 from test_resume_decisions_slow import Project
 
 pytestmark = pytest.mark.slow
-ARGS = ["+experiment=detloop", "trainable.params.epochs=15", "trainable.params.epoch_sleep_s=0.4"]
+# The stall watchdog armed shorter than the pause (30 s with nothing running): a pause must not count as a stall.
+ARGS = ["+experiment=detloop", "trainable.params.epochs=15", "trainable.params.epoch_sleep_s=0.4",
+        "sweep.stall_timeout_s=25"]
+PAUSE_S = 30
 
 
 def _trials(p: Project) -> list[list[dict]]:
@@ -43,25 +46,48 @@ def _ok(out: subprocess.CompletedProcess[str]) -> str:
     return out.stdout
 
 
+def _refused(out: subprocess.CompletedProcess[str], why: str) -> None:
+    """Exit 2 with one line, nothing else printed."""
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and not out.stdout.strip(), (why, out.stdout, out.stderr)
+
+
+def _child_runs(p: Project) -> list:
+    rec = p.record()
+    c = mlflow_client(p.env.tracking_uri)
+    return c.search_runs([rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")
+
+
+def _running_trial(p: Project) -> str:
+    """The trial with the newest report that has not reached its last epoch."""
+    live = [t for t in _trials(p) if t[-1]["training_iteration"] < 15]
+    return max(live, key=lambda t: t[-1]["wall"])[0]["trial_id"]
+
+
 def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path) -> None:
+    from sweeps.ops import operate
+
     p = Project(tmp_path)
     try:
         driver = p.start("run", *ARGS)
         wait_for(lambda: _status(p)["trials"].get("running") == 1 if p.record() and
                  (Path(p.record()["experiment_dirs"][0]) / "sweeps-live" / "status.json").is_file() else False,
                  300, 1.0, "a running trial")
+        exp = p.record()["experiment_dirs"][0]
         t0 = time.monotonic()
-        s = _status(p)
-        assert time.monotonic() - t0 < 10 and s["state"] == "running" and s["alive"], s
+        s = operate.status(exp)  # from a process with only the storage URI
+        assert time.monotonic() - t0 < 2 and time.time() - s["updated"] < 5, "status within 2 s, and fresh"
+        assert s["state"] == "running" and s["alive"], s
         assert s["driver"]["launched_by"] == "cli" and s["held"]["CPU"] == 2.0 and s["trials"]["planned"] == 6, s
 
-        # pause: the running trial goes on and ends; none starts while paused (15 s); unpause: they start again
+        # pause: the running trial goes on and ends; none starts while paused (30 s with nothing running, longer
+        # than the stall watchdog's 25 s: a pause is not a stall); unpause: they start again
         assert "applied" in _ok(p.run("pause", "latest"))
         assert _status(p)["paused"]["by"], "status says who paused it"
-        assert p.run("pause", "latest").returncode == 2, "a second pause is refused"
+        _refused(p.run("pause", "latest"), "a second pause")
         wait_for(lambda: _status(p)["trials"]["running"] == 0, 120, 1.0, "the running trial to end while paused")
         seen = {t[0]["trial_id"] for t in _trials(p)}
-        time.sleep(15)
+        time.sleep(PAUSE_S)
         assert {t[0]["trial_id"] for t in _trials(p)} == seen and _status(p)["trials"]["running"] == 0, \
             "no trial started while the sweep was paused"
         assert _status(p)["state"] == "paused" and driver.poll() is None, "a pause is not a stall"
@@ -71,7 +97,7 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         # trial stop: that trial ends early at its next report; the next one starts within 10 s
         victim = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[0]["trial_id"] not in before),
                                        None), 120, 0.5, "a trial started after unpause to report")
-        assert p.run("trial", "stop", "latest", "no_such_trial").returncode == 2, "an unknown trial is refused"
+        _refused(p.run("trial", "stop", "latest", "no_such_trial"), "an unknown trial")
         stopped = _ok(p.run("trial", "stop", "latest", victim))
         assert "applied" in stopped, stopped
         applied_at = time.time()
@@ -81,29 +107,43 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         started = first["wall"] - first["startup/total_s"]  # when Tune took it up: the start's own figure
         assert started - applied_at < 10, ("the next trial started within 10 s of the stop", started - applied_at)
 
-        # stop: graceful; a second stop while it is pending is refused; the driver exits 130, resumable
-        # the answer is `accepted` while a trial still runs to its next report, or already `applied` when none
-        # did (between two trials the driver stops at once, before the command reads its answer)
-        said = _ok(p.run("stop", "latest"))
-        assert ": accepted (" in said or ": applied (" in said, said
-        assert p.run("stop", "latest").returncode == 2, "a second stop while one is pending is refused"
+        # stop: graceful; the command waits until it applies; a second stop while it is pending is refused; the
+        # trial that ran reported again with a checkpoint; the driver exits 130 with every run closed at once
+        running, asked = _running_trial(p), time.time()
+        stop = p.start("stop", "latest")
+        wait_for(lambda: _status(p)["state"] in ("stopping", "interrupted"), 60, 0.3, "the stop to be accepted")
+        _refused(p.run("stop", "latest"), "a second stop while one is pending (or after it applied)")
+        said, _ = stop.communicate(timeout=120)
+        assert stop.returncode == 0 and (": applied (" in said or "  applied: " in said), said
         driver.communicate(timeout=180)
         assert driver.returncode == 130
-        assert _status(p)["state"] == "interrupted" and p.run("pause", "latest").returncode == 2, \
-            "a sweep that is not running refuses a verb"
+        again = next(t for t in _trials(p) if t[0]["trial_id"] == running)
+        assert any(r["wall"] >= asked and r.get("checkpoint_dir_name") for r in again), \
+            ("the running trial reported again, with a checkpoint, before the sweep stopped", again[-1])
+        assert "RUNNING" not in {r.info.status for r in _child_runs(p)}, "every run closed when the driver exits"
+        s = _status(p)
+        assert s["state"] == "interrupted" and not s["held"] and s["stopping"] is None and s["stopped"]["by"], s
+        _refused(p.run("pause", "latest"), "a sweep that is not running")
 
-        # stop --now on the resumed sweep, then a resume that finishes it: every trial once in MLflow, none RUNNING
+        # stop --now on the resumed sweep: its running trial's run KILLED at once; then a resume that finishes it:
+        # every trial once in MLflow, none RUNNING
+        since = time.time()
         resumed = p.start("resume", "latest")
-        wait_for(lambda: _status(p)["alive"] and _status(p)["trials"]["running"] == 1, 300, 1.0, "a resumed trial")
+        killed = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[-1]["wall"] > since), None), 300,
+                          0.5, "a trial of the resumed run to report")
         assert "applied" in _ok(p.run("stop", "latest", "--now"))
         resumed.communicate(timeout=180)
         assert resumed.returncode == 130
+        status_now = {r.data.tags["sweeps.trial_id"]: r.info.status for r in _child_runs(p)}
+        assert status_now[killed] == "KILLED" and "RUNNING" not in status_now.values(), status_now
         _ok(p.run("resume", "latest"))
         rec = p.record()
         assert rec["status"] == "finished" and rec["counts"]["total"] == 6, rec["counts"]
-        assert p.run("status", "nosuch-sweep").returncode == 2, "an unknown sweep is refused"
-        c = mlflow_client(p.env.tracking_uri)
-        runs = c.search_runs([rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")
+        s = _status(p)
+        assert s["state"] == "finished" and not s["alive"] and s["best"]["trial_id"] == rec["best"]["trial_id"], s
+        assert s["trials"]["done"] + s["trials"]["stopped_early"] == 6 and s["trials"]["running"] == 0, s
+        _refused(p.run("status", "nosuch-sweep"), "an unknown sweep")
+        runs = _child_runs(p)
         assert len(runs) == 6 and len({r.data.tags["sweeps.trial_id"] for r in runs}) == 6, "each trial once"
         assert {r.info.status for r in runs} == {"FINISHED"}, [r.info.status for r in runs]
         (stopped_run,) = [r for r in runs if r.data.tags["sweeps.trial_id"] == victim]
