@@ -79,9 +79,11 @@ def workers_of_raylet() -> dict[int, str]:
     return out
 
 
-def wait_quiet(expected: int, quiet_s: float, timeout_s: float = 120.0) -> float:
-    """Wait until at least ``expected`` worker processes are idle and none used CPU for ``quiet_s``."""
+def wait_quiet(expected: int, quiet_s: float, timeout_s: float = 120.0, top_up: Any = None) -> float:
+    """Wait until at least ``expected`` worker processes are idle and none used CPU for ``quiet_s``;
+    ``top_up(n)`` asks for ``n`` more when fewer are there (the raylet starts only a few at once)."""
     t0 = time.time()
+    asked = 0.0
     last = {pid: proc_cpu(pid) for pid in workers_of_raylet()}
     still_since = time.time()
     while time.time() - t0 < timeout_s:
@@ -91,6 +93,9 @@ def wait_quiet(expected: int, quiet_s: float, timeout_s: float = 120.0) -> float
         idle = [p for p, title in now.items() if title.startswith("ray::IDLE")]
         if any(abs(cpu[p] - last.get(p, -1.0)) > 0.005 for p in cpu) or len(idle) < expected:
             still_since = time.time()
+        if top_up is not None and len(now) - 2 < expected and time.time() - asked > 2.0:  # 2: Ray's own agents
+            top_up(expected - (len(now) - 2))
+            asked = time.time()
         last = cpu
         if time.time() - still_since >= quiet_s:
             return time.time() - t0
@@ -120,7 +125,8 @@ def round_(case: str, quiet_s: float, workdir: Path) -> dict[str, Any]:
         waited = wait_quiet(2, quiet_s) if case == "idle" else 0.0  # Ray's own first prestart settled
         prestart.request(p.address, p.job_id, p.runtime_env, 5, 120)  # + Train's state actor (once a cluster)
         if case == "idle":
-            waited += wait_quiet(5, quiet_s)
+            waited += wait_quiet(5, quiet_s, top_up=lambda n: prestart.request(p.address, p.job_id, p.runtime_env,
+                                                                                n, 120))
         before = {pid: (title, proc_cpu(pid)) for pid, title in workers_of_raylet().items()}
         cls, named = lean_trainer.trainer(f"sweeps:probe:{case}:{time.time_ns()}")
         trainer = cls(loop, torch_config=loopback.torch_config(),

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 120  # an unused warm process goes back after this long (the raylet ends it)
 EVERY_S = 1.0
+SETTLE_S = 2.0  # after asking the raylet for processes, before asking again
 IDLE_NAMES = ("ray::IDLE",)  # a registered worker waiting for work (its process title)
 STARTING = ("default_worker.py", "setup_worker.py")  # a worker still starting (its command line)
 
@@ -126,7 +127,9 @@ class Pool:
         missing = self.wanted(trials) - idle_processes()
         if missing <= 0:
             return 0
-        self.settle_until = time.monotonic() + 2.0 * missing
+        # the raylet starts only as many at once as it may start processes concurrently (here: the cores; the
+        # rest of a request is dropped), and a started one shows in /proc at once: ask again after a short settle
+        self.settle_until = time.monotonic() + SETTLE_S
         try:
             prestart.request(self.address, self.job_id, self.runtime_env, missing, self.keep_alive_s)
         except Exception as exc:  # the call moved or the raylet refused: cold starts from now on
