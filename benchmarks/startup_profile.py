@@ -100,10 +100,27 @@ def aggregate(raw: Path, rate: int) -> dict[str, collections.Counter[str]]:
     return out
 
 
+def short(frame: str) -> str:
+    """A frame without its long paths: a process named by its program (not its whole command line), a function
+    by its package-relative file."""
+    if frame.startswith("process "):
+        pid, _, cmd = frame[len("process "):].partition(":")
+        words = cmd.strip('"').split()
+        first = Path(words[0]).name if words else "?"
+        program = next((Path(w).name for w in words if w.endswith(".py")), first) if first.startswith("python") \
+            else first
+        return f"process {pid}:{program}"
+    return re.sub(r"\(/\S*?/(site-packages|lib/python3\.\d+|work/main)/", "(", frame)
+
+
 def prune(raw: Path, min_samples: int) -> int:
-    """Keep the stacks sampled at least ``min_samples`` times (the file stays small); returns how many."""
-    kept = [x for x in raw.read_text(errors="replace").splitlines()
-            if x.rpartition(" ")[2].isdigit() and int(x.rpartition(" ")[2]) >= min_samples]
+    """Keep the stacks sampled at least ``min_samples`` times, their frames shortened (the file stays small);
+    returns how many."""
+    kept = []
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if count.isdigit() and int(count) >= min_samples:
+            kept.append(";".join(short(f) for f in stack.split(";")) + " " + count)
     raw.write_text("\n".join(kept) + "\n")
     return len(kept)
 
