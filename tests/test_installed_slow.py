@@ -198,10 +198,13 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
 
 
 def mismatch(inst: Installed, tmp_path: Path) -> None:
-    """A head started from the floor's venv; the project's own driver (this checkout's Ray) refuses it: ``run``,
-    ``run --dry-run`` and ``doctor --address``, with the ``cluster_version`` lever on and switched off (the public
-    way: Ray's own refusal in a child process), each with one line and exit 2 (doctor: its check failed) in < 10 s,
-    and nothing of the driver left running (no process carrying its own RAY_TMPDIR or SWEEPS_HOME)."""
+    """A head started from the floor's venv with token authentication (as every Ray from 2.59 starts); the
+    project's own driver (this checkout's Ray) refuses it: ``run``, ``run --dry-run`` and ``doctor --address``,
+    with the ``cluster_version`` lever on and switched off (the public way: Ray's own refusal in a child process),
+    each with one line and exit 2 (doctor: its check failed) in < 10 s; without the token, one line naming it, as
+    fast; and nothing of the driver left running (no process carrying its own RAY_TMPDIR or SWEEPS_HOME)."""
+    import contextlib
+
     import psutil
     import ray
 
@@ -219,9 +222,12 @@ def mismatch(inst: Installed, tmp_path: Path) -> None:
                 found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:200]}")
         return found
 
-    port, head_tmp = free_port(), tempfile_dir()
+    port, head_tmp, token = free_port(), tempfile_dir(), tmp_path / "head-token"
     address = f"127.0.0.1:{port}"
-    env = {**inst.env(tmp_path / "head-home"), "RAY_TMPDIR": head_tmp}
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o600)
+    env = {**inst.env(tmp_path / "head-home"), "RAY_TMPDIR": head_tmp, "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN_PATH": str(token)}
     started = subprocess.run([str(inst.venv / "bin" / "ray"), "start", "--head", "--port", str(port), "--num-cpus",
                               "1", "--include-dashboard=false", "--disable-usage-stats"], env=env, capture_output=True,
                              text=True, timeout=180)
@@ -229,8 +235,17 @@ def mismatch(inst: Installed, tmp_path: Path) -> None:
     try:
         for off in ("", "cluster_version"):
             marks = {"RAY_TMPDIR": tempfile_dir(), "SWEEPS_HOME": str(tmp_path / f"driver-home{off}")}
-            driver_env = {**os.environ, **marks, "HOME": str(tmp_path / "user2"), "SWEEPS_CONSOLE": "terminal",
-                          "SWEEPS_LEVERS_OFF": off}
+            drop = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+            driver_env = {**{k: v for k, v in os.environ.items() if k not in drop}, **marks, "HOME": str(
+                tmp_path / "user2"), "SWEEPS_CONSOLE": "terminal", "SWEEPS_LEVERS_OFF": off}
+            t0 = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "sweeps", "run", "+experiment=quickstart", "cluster=remote",
+                                   f"cluster.address={address}"], cwd=tmp_path, env=driver_env, capture_output=True,
+                                  text=True, timeout=120)
+            took, said = time.monotonic() - t0, proc.stdout + proc.stderr
+            assert proc.returncode == 2 and took < 10 and "has token authentication on" in said, (off, took, said)
+            assert "Traceback" not in said and not carrying(marks), (off, said[-3000:], carrying(marks))
+            driver_env["RAY_AUTH_TOKEN_PATH"] = str(token)
             canary = subprocess.Popen(["sleep", "60"], env=driver_env)  # the check below sees what it should
             assert any(line.startswith(f"{canary.pid}:") for line in carrying(marks)), "the leftover check works"
             canary.kill()
@@ -253,5 +268,7 @@ def mismatch(inst: Installed, tmp_path: Path) -> None:
                     "ray job submit")[1], (what, said[-3000:])
                 left = carrying(marks)
                 assert not left, (what, "the refused driver left these running", left)
-    finally:
-        subprocess.run(["pkill", "-9", "-f", head_tmp], check=False)
+    finally:  # the head's processes by its RAY_TMPDIR (its Ray Client server's command line does not name it)
+        for line in carrying({"RAY_TMPDIR": head_tmp}):
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(int(line.split(":", 1)[0])).kill()

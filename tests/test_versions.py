@@ -158,3 +158,20 @@ def test_versions_compare_as_ray_does(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not versions.compatible(Versions("2.60.0", "3.11.9"), Versions("2.60.0", "3.11.7"))
     monkeypatch.setenv(versions.PYTHON_MATCH, "minor")
     assert versions.compatible(Versions("2.60.0", "3.11.9"), Versions("2.60.0", "3.11.7"))
+
+
+# Ray's words for a missing or wrong token: its GCS client's log line (src/ray/gcs_rpc_client/gcs_client.cc, seen
+# on Ray 2.53 and 2.59 heads) and the AuthenticationError its Python client raises (ray/exceptions.py).
+TOKEN_REFUSED = ("[2026-12-04 20:48:06,074 W 17103 17108] gcs_client.cc:210: Failed to get cluster ID from GCS "
+                 "server: Unauthenticated: RPC error: InvalidAuthToken: Authentication token is missing or incorrect")
+
+
+def test_a_refused_token_is_named_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.exceptions import AuthenticationError
+
+    assert versions.refused_token(TOKEN_REFUSED)
+    assert versions.refused_token(f"{type(AuthenticationError('x')).__name__}: RPC error: InvalidAuthToken")
+    assert not versions.refused_token("Failed to connect to GCS at address 10.0.0.5:6379 within 5 seconds.")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    line = versions.token_message("10.0.0.5:6379")
+    assert "token authentication on" in line and "RAY_AUTH_MODE=token" in line and "RAY_AUTH_TOKEN_PATH" in line

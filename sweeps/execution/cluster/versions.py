@@ -18,9 +18,12 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from sweeps.errors import BadInput
 
@@ -30,6 +33,7 @@ PYTHON_MATCH = "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"  # Ray's own setting: "p
 # Ray's own refusal (ray/_private/utils.py, check_version_info: "Version mismatch: The cluster was started
 # with:\n    Ray: X\n    Python: Y\nThis process on ... was started with: ...", the same on Ray 2.53 to 2.60)
 ERROR = re.compile(r"Version mismatch: The cluster was started with:\s*Ray: (?P<ray>\S+)\s*Python: (?P<py>\S+)")
+AUTH_REFUSED = ("InvalidAuthToken", "AuthenticationError", "Unauthenticated")
 CONNECT_TIMEOUT_S = 30.0  # a GCS that does not answer: ray.init would wait for minutes
 DASHBOARD_PORT = 8265  # Ray's default; a head started with --dashboard-port elsewhere says so only by asking
 DASHBOARD_PROBE_S = 1.0
@@ -93,37 +97,87 @@ def read(address: str | None) -> Versions:
         raise Unread("cluster.address: cluster=remote needs an address (auto, HOST:6379) or $RAY_ADDRESS")
     gcs = gcs_address(address)
     if gcs is not None and core.applies(cluster_version.LEVER):
-        meta = cluster_version.read(gcs)
-        if meta:
+        meta = cluster_version.read(gcs) or {}
+        if meta.get("ray_version"):
             return Versions(str(meta["ray_version"]), str(meta.get("python_version", "")))
-        log.debug("the GCS at %s said no versions; connecting to read them", gcs)
+        if refused_token(str(meta.get("error", ""))):
+            raise Unread(token_message(address))
+        log.debug("the GCS at %s said no versions (%s); connecting to read them", gcs, meta.get("error", "none"))
     return by_connecting(address)
+
+
+def refused_token(text: str) -> bool:
+    """Ray's words (its GCS client's log line, its AuthenticationError) for a token it refused or missed."""
+    return any(w in text for w in AUTH_REFUSED)
+
+
+def token_message(address: str) -> str:
+    mode = os.environ.get("RAY_AUTH_MODE", "(unset)")
+    return (f"cluster.address: the cluster at {address} has token authentication on and refused this driver "
+            f"(RAY_AUTH_MODE={mode}): give the driver the cluster's token in RAY_AUTH_TOKEN=<token>, "
+            f"RAY_AUTH_TOKEN_PATH=<file> or ~/.ray/auth_token (sweeps then sets RAY_AUTH_MODE=token itself)")
 
 
 def by_connecting(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Versions:
     """The public way: ``ray.init(address)`` in a child process (it ends with the check, so nothing of it stays
     connected or running). Ray's refusal names the cluster's versions; its acceptance means they are this
-    driver's.
+    driver's. A refused token ends it at Ray's first log line about it (``ray.init`` itself tries for ~20 s).
 
     Raises:
         Unread: it did not answer within ``timeout_s``, or refused this driver for another reason.
     """
-    try:
-        proc = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, text=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise Unread(f"cluster.address: no Ray answered at {address!r} within {timeout_s:.0f} s; is the cluster "
-                     f"up, and is HOST:PORT its GCS (ray start --head --port)?") from None
-    said = _last_json(proc.stdout)
+    stdout, stderr, code = _probe(address, timeout_s)
+    said = _last_json(stdout)
     if said.get("accepted"):
         return here()
-    error = str(said.get("error") or proc.stderr.strip().splitlines()[-1:] or f"exit status {proc.returncode}")
+    error = str(said.get("error") or (stderr.strip().splitlines() or [f"exit status {code}"])[-1])
     found = from_error(error)
     if found is not None:
         return found
+    if code is None and refused_token(stderr):
+        raise Unread(token_message(address))
+    if code is None:
+        raise Unread(f"cluster.address: no Ray answered at {address!r} within {timeout_s:.0f} s; is the cluster "
+                     f"up, and is HOST:PORT its GCS (ray start --head --port)?")
+    if refused_token(error + stderr):
+        raise Unread(token_message(address))
     raise Unread(f"cluster.address: cannot connect to Ray at {address!r} ({error.splitlines()[0]}); is the "
                  f"cluster up, and does this process have its token (RAY_AUTH_MODE=token plus RAY_AUTH_TOKEN, "
                  f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)?")
+
+
+def _probe(address: str, timeout_s: float) -> tuple[str, str, int | None]:
+    """(stdout, stderr, exit status) of :data:`PROBE`; status None when it was stopped: past ``timeout_s``, or
+    as soon as its stderr says the cluster refused its token."""
+    proc = subprocess.Popen([sys.executable, "-c", PROBE, address], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[str] = []
+    refused = threading.Event()
+
+    def pump(stream: IO[str], into: list[str], watch: bool) -> None:
+        for line in stream:
+            into.append(line)
+            if watch and refused_token(line):
+                refused.set()
+
+    pumps = [threading.Thread(target=pump, args=(proc.stdout, out, False), daemon=True),
+             threading.Thread(target=pump, args=(proc.stderr, err, True), daemon=True)]
+    for p in pumps:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    code: int | None = None
+    while code is None and not refused.is_set() and time.monotonic() < deadline:
+        try:
+            code = proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            continue
+    if code is None:
+        proc.kill()
+        proc.wait()
+    for p in pumps:
+        p.join(timeout=5)
+    return "".join(out), "".join(err), code
 
 
 def _last_json(stdout: str) -> dict[str, object]:

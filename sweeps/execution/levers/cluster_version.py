@@ -41,8 +41,8 @@ LEVER = Lever(name="cluster_version", package="ray", checked=("2.60.",),
 
 
 def read(address: str, timeout_s: float = 8.0) -> dict[str, Any] | None:
-    """The cluster metadata (``ray_version``, ``python_version``, ...) of the GCS at ``HOST:PORT``; None when
-    it does not answer within ``timeout_s`` (or wrote none)."""
+    """The cluster metadata (``ray_version``, ``python_version``, ...) of the GCS at ``HOST:PORT``; ``{"error":
+    ...}`` when it refused (its token), None when it does not answer within ``timeout_s`` (or wrote none)."""
     out: dict[str, Any] = {}
 
     def ask() -> None:
@@ -57,4 +57,4 @@ def read(address: str, timeout_s: float = 8.0) -> dict[str, Any] | None:
     helper = threading.Thread(target=ask, name="sweeps-cluster-version", daemon=True)
     helper.start()
     helper.join(timeout_s)
-    return out if out.get("ray_version") else None
+    return out if out.get("ray_version") or out.get("error") else None
