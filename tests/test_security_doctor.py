@@ -81,4 +81,4 @@ def test_doctor_says_where_the_embedded_ray_would_listen(capsys: pytest.CaptureF
     assert cli_main.main(["doctor"]) == 0, "a warning, not a failure: the sweep still runs"
     out = capsys.readouterr().out
     assert "[warn] embedded Ray listeners  the node's address, not loopback: Ray's public path" in out
-    assert "install the Ray version pinned in pyproject.toml" in out
+    assert "install Ray 2.60 (the release the loopback_node lever was checked on" in out

@@ -19,6 +19,7 @@ Compose a sweep from conf/ with Hydra overrides and run it.
   --dry-run        print the composed sweep, its search space and the resource plan; start nothing
   --cfg job|all    print the composed config (Hydra style) and exit
   --resolve        with --cfg: resolve interpolations
+  -v, --verbose    show Ray's, Tune's and MLflow's own log lines (the quiet terminal hides them)
 Overrides: group=option (e.g. scheduler=asha), key=value (e.g. sweep.num_samples=12,
 search_space.lr.high=0.3), +experiment=NAME.
 """

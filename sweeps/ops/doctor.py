@@ -133,7 +133,8 @@ def check_loopback() -> Check:
 
     note = loopback.listeners("local")
     return Check("embedded Ray listeners", loopback.internals_missing() is None, note,
-                 "install the Ray version pinned in pyproject.toml (2.60) for loopback-only listeners",
+                 "install Ray 2.60 (the release the loopback_node lever was checked on; pyproject.toml allows "
+                 ">=2.53,<2.61) for loopback-only listeners",
                  required=False)
 
 
@@ -185,10 +186,9 @@ def check_configs() -> Check:
     from sweeps.errors import BadInput
 
     folders = ", ".join(str(p) for p in paths.conf_dirs())
-    project = paths.project_conf()
     fix = "run `python -m sweeps init` in your project, or set SWEEPS_CONF_DIR to a folder of sweeps configs"
-    if project is not None and not project.is_dir():
-        return Check("configs", False, f"SWEEPS_CONF_DIR={project} is not a folder: no config resolves", fix)
+    if (error := paths.conf_env_error()) is not None:
+        return Check("configs", False, f"{error}: no config resolves", fix)
     names = compose.groups().get("experiment", [])
     broken = []
     for name in names:

@@ -163,21 +163,11 @@ def _status_section(summ: Summary) -> Section:
 
 
 def _compute_section(summ: Summary) -> Section:
-    b = []
-    if summ.epochs_budget:
-        b.append(
-            f"epochs trained: {summ.epochs_trained} of a full budget of {summ.epochs_budget} "
-            f"({summ.max_epochs} per trial)"
-        )
-    else:
-        b.append(f"epochs trained: {summ.epochs_trained}")
-    if summ.compute_saved is not None:
-        b.append(
-            f"compute saved by early stopping: {summ.compute_saved:.0%} of the budget "
-            f"({summ.compute_saved_epochs} epochs, about {_seconds(summ.compute_saved_s)} of training)"
-        )
-    else:
-        b.append("compute saved by early stopping: n/a (no per-trial epoch budget known)")
+    b = [f"epochs trained: {summ.epochs_trained}" + (
+        f" of a full budget of {summ.epochs_budget} ({summ.max_epochs} per trial)" if summ.epochs_budget else "")]
+    b.append(f"compute saved by early stopping: {summ.compute_saved:.0%} of the budget ({summ.compute_saved_epochs} "
+             f"epochs, about {_seconds(summ.compute_saved_s)} of training)" if summ.compute_saved is not None
+             else "compute saved by early stopping: n/a (no per-trial epoch budget known)")
     if summ.cpu_s_total is not None:
         b.append(
             f"compute spent: {summ.cpu_s_total:,.1f} CPU-seconds"

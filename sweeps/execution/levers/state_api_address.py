@@ -37,6 +37,6 @@ def _probe() -> str | None:
                  source_says(STATE_CLIENT, "get_address_for_submission_client(address)"))
 
 
-LEVER = Lever(name="state_api_address", package="ray", checked=("2.60.",),
+LEVER = Lever(name="state_api_address", package="ray", checked=("2.53.", "2.60."),
               what="the embedded Ray's processes find its dashboard by RAY_API_SERVER_ADDRESS (Train's cleaner)",
               fallback="the variable is not set; Train's cleaner looks the cluster up itself", probe=_probe)

@@ -226,6 +226,19 @@ def donor_of(trial: Any, trials: list[Any]) -> str | None:
     return next((t.trial_id for t in trials if t.path and inside(ckpt.path, t.path)), None)
 
 
+def _filesystem_once(train_dir: str) -> Any:
+    """A function that makes ``train_dir``'s filesystem once per process (a callback restored by resume makes
+    its own) and returns it."""
+    made: list[Any] = []
+
+    def fs() -> Any:
+        if not made:
+            made.append(uris.filesystem(train_dir)[0])
+        return made[0]
+
+    return fs
+
+
 def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
               on_donor: Any = None) -> list[Any]:
     """Tune callbacks: pin PBT donors' checkpoints, keep each trial's latest checkpoint alive for ``resume``;
@@ -233,18 +246,10 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
     folders share its filesystem. ``on_donor(recipient, donor)`` hears of each PBT exploit's donor."""
     from ray.tune import Callback
 
-    made: list[Any] = []
-
-    def fs() -> Any:  # made once per process (a callback restored by resume makes its own)
-        if not made:
-            made.append(uris.filesystem(train_dir)[0])
-        return made[0]
+    fs = _filesystem_once(train_dir)
 
     class DonorPins(Callback):  # type: ignore[misc]
-        """Right after a result (and so right after any exploit it caused), pin foreign checkpoints.
-
-        PBT exploits into the trial that reported (asynchronous mode) or into paused trials (synchronous).
-        """
+        """After each result, pin foreign checkpoints (PBT exploits into the reporter, or paused trials)."""
 
         def __init__(self) -> None:
             self.told: dict[str, str] = {}  # a paused or running trial -> the donor last said
@@ -252,8 +257,7 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self.told.pop(trial.trial_id, None)
 
-        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            self.told.pop(trial.trial_id, None)
+        on_trial_error = on_trial_complete
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
@@ -277,8 +281,7 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self.book.forget(trial.trial_id)  # an ended trial restores from nothing
 
-        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            self.book.forget(trial.trial_id)
+        on_trial_error = on_trial_complete
 
         def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
                           **info: Any) -> None:
@@ -292,7 +295,6 @@ def callbacks(train_dir: str, num_to_keep: int | None, metric: str, mode: str,
 
     class Sweeper(Callback):  # type: ignore[misc]
         """Every trial start has ended: Train's run folders and unneeded pins go."""
-
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
             _sweep(trials, train_dir, fs())
 
