@@ -45,7 +45,7 @@ LONGEST_FIRST = ("test_installed_slow.py", "test_resume_decisions_slow.py", "tes
                  "test_schedulers_slow.py", "test_resume_slow.py", "test_winners_slow.py", "test_tracking_server.py",
                  "test_schedule.py", "test_promote.py", "test_trainables_scale.py", "test_byo_slow.py",
                  "test_registry_serve_slow.py", "test_operate_slow.py", "test_new_trainable.py",
-                 "test_hydra_sweeper_slow.py", "test_notebook_slow.py", "test_mlflow_outage_slow.py")  # by the last CI's --durations
+                 "test_hydra_sweeper_slow.py", "test_notebook_slow.py", "test_mlflow_outage_slow.py")  # by --durations
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
