@@ -94,6 +94,10 @@ def _create(c: Any, name: str, token: str) -> bool:
                                   "moves this alias; deleted when it ends")
         return True
     except MlflowException as exc:
+        # RESOURCE_DOES_NOT_EXIST: the insert lost to a holder that released before MLflow's store looked the
+        # existing model up (its SQL store answers a unique-key clash that way); the caller tries again
+        if _code(exc) == "RESOURCE_DOES_NOT_EXIST":
+            return False
         if _code(exc) != "RESOURCE_ALREADY_EXISTS":
             raise
     held = _tags(c, name)
