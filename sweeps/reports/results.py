@@ -7,7 +7,6 @@ folder or an object store.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,22 +67,9 @@ def _numeric(row: dict[str, Any]) -> dict[str, float]:
 
 def _rows(trial_dir: str) -> list[dict[str, Any]]:
     """Each row of a trial's ``result.json`` (a half-written last line after a crash is skipped)."""
-    path = uris.join(trial_dir, "result.json")
-    try:
-        text = uris.read_text(path, errors="replace")
-    except (FileNotFoundError, OSError):
-        return []
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+    from sweeps.tracking.bestbook import stored_rows
+
+    return stored_rows(trial_dir)
 
 
 def read_history(trial_dir: str) -> list[dict[str, float]]:
