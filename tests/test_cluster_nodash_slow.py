@@ -8,6 +8,7 @@ needs it (its Ray Job test submits through the job server). The tests run in fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,6 @@ from ray._private import state
 pgs = [e for e in ray.util.placement_group_table().values() if e["state"] != "REMOVED"]
 actors = state.actors(actor_state_name="ALIVE").values()
 out = {"named": [e["name"] for e in pgs if (e.get("name") or "").startswith("sweeps:") and e["state"] == "CREATED"],
-       "controllers": sum(1 for a in actors if a["ActorClassName"].endswith("Controller")),
        "cleaners": sum(1 for a in actors if a["ActorClassName"] == "PlacementGroupCleaner")}
 """
 
@@ -46,7 +46,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
 
 
 class GroupSampler:
-    """The cluster's live `sweeps:` worker groups against its live Train controllers, every few seconds (GCS)."""
+    """The cluster's live `sweeps:` worker groups (each named after its trial), every few seconds (GCS)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster, self.samples = cluster, []
@@ -68,19 +68,27 @@ class GroupSampler:
         self._stop.set()
         self._thread.join(timeout=60)
 
-    def longest_orphaned_s(self) -> float:
-        """The longest time the cluster had more live named groups than live Train controllers (orphaned
-        groups): from the first sample that saw it to the first that did not (samples are seconds apart, each
-        a GCS query of its own, so a count of samples would measure the machine's load)."""
-        since, longest = None, 0.0
-        for s in self.samples:
-            if len(s["named"]) > s["controllers"]:
-                since = s["t"] if since is None else since
-            elif since is not None:
-                longest, since = max(longest, s["t"] - since), None
-        if since is not None:
-            longest = max(longest, self.samples[-1]["t"] - since)
-        return longest
+    def outlived_s(self, ended: dict[str, float]) -> dict[str, float]:
+        """Per ended trial (its id -> when the sweep saw it end), how long its worker group outlived it: from the
+        end to the first later sample without a group named after the trial (samples are seconds apart, each a
+        GCS query of its own, so the figure includes the gap between two samples)."""
+        out = {}
+        for trial, t_end in ended.items():
+            gone = next((s["t"] for s in self.samples if s["t"] >= t_end
+                         and not any(f":{trial}:" in name for name in s["named"])), None)
+            out[trial] = (gone if gone is not None else float("inf")) - t_end
+        return out
+
+
+def trial_ends(home: Path) -> dict[str, float]:
+    """Each trial's end as the sweep's driver saw it (its event log: one JSON line per result and end)."""
+    ends = {}
+    for f in (home / "logs").glob("*.log"):
+        for line in f.read_text().splitlines():
+            if line.startswith("{") and '"status"' in line:
+                row = json.loads(line)
+                ends[row["trial"]] = row["time"]
+    return ends
 
 
 GRID = ["sweep.num_samples=3", "search_space.lr={dist: grid, values: [0.00001, 0.05]}", "scheduler=asha",
@@ -91,7 +99,7 @@ GRID = ["sweep.num_samples=3", "search_space.lr={dist: grid, values: [0.00001, 0
 @pytest.mark.timeout(1500)
 def test_asha_without_the_dashboard_frees_every_stopped_trials_group(parts: Parts, tmp_path: Path) -> None:
     """Six trials, the tiny-lr ones stopped early by ASHA: no stopped trial's worker group outlives it by more
-    than a few seconds (named groups vs live Train controllers, sampled from the GCS), no per-run
+    than a few seconds (its end in the sweep's event log vs its named group in the GCS), no per-run
     PlacementGroupCleaner is started, and the sweep completes. Why its own sweep: the head must run without the
     dashboard, which tests/test_cluster_slow.py's Ray Job test needs."""
     env = SweepsEnv(tmp_path, seed_store=False)
@@ -104,9 +112,12 @@ def test_asha_without_the_dashboard_frees_every_stopped_trials_group(parts: Part
     assert rec["status"] == "finished" and rec["counts"]["total"] == 6 and rec["counts"]["failed"] == 0, out[-3000:]
     assert rec["counts"]["early_stopped"] >= 1, rec["counts"]
     assert len(sampler.samples) >= 5, sampler.samples
-    # freed within two reaper scans (2 x EVERY_S) plus a GCS sample's own time on a loaded machine; left to
-    # Ray, a stopped trial's group lives until the sweep ends
-    assert sampler.longest_orphaned_s() <= 15, (sampler.longest_orphaned_s(), sampler.samples)
+    # freed within two reaper scans (2 x EVERY_S) plus the gap between two GCS samples on a loaded machine; left
+    # to Ray, a stopped trial's group lives until the sweep ends
+    ends = trial_ends(env.home)
+    assert len(ends) == 6, ends
+    outlived = sampler.outlived_s(ends)
+    assert max(outlived.values()) <= 15, (outlived, [(s["t"], s["named"]) for s in sampler.samples])
     assert not any(s["cleaners"] for s in sampler.samples), "a per-run PlacementGroupCleaner was started"
     assert not [s for s in sampler.samples if s["t"] > end][-1]["named"], "the sweep's groups outlived it"
 
