@@ -4,13 +4,12 @@ As a user adopts it: ``pip wheel .``, a fresh venv (uv) with torch, the wheel an
 floor: Ray's public path, every lever off), nothing of this checkout on its path, and every command run from
 an empty folder:
 
-- the quickstart with a SIGTERM after its first trial, ``resume`` and ``promote`` (the floor's spine), with a
-  terminal that holds only ``sweeps``' own lines (Ray's and MLflow's go to the console log it names; ``resume
-  -v`` shows them);
 - ``init`` (its starter experiment dry-run), ``new trainable mymlp`` and ``run +experiment=mymlp`` under a bundled
   scheduler that the project's own ``conf/scheduler/asha.yaml`` overrides, started together with the starter
-  experiment in the project's fresh folder (two sweeps, two embedded Rays, one new store: both finish, and Train's
-  placement-group cleaner finds its own Ray); ``promote`` of the project's own ``mymlp`` from the ``sweeps``
+  experiment in the project's fresh folder (two sweeps, two embedded Rays, one new store): ``mymlp`` finishes, the
+  starter is stopped by SIGTERM after its first trial with a terminal that holds only ``sweeps``' own lines
+  (Ray's and MLflow's go to the console log it names), ``resume -v`` (which shows them) finishes it, and Train's
+  placement-group cleaner finds its own Ray; ``promote`` of the project's own ``mymlp`` from the ``sweeps``
   script; ``doctor`` passing there and failing where no config resolves;
 - the ``hf`` extra named when it is missing (two processes creating a fresh store at once, in process:
   tests/test_tracking.py);
@@ -121,33 +120,6 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         version, where = ok(check).split()
         assert version == FLOOR and str(inst.venv) in where, "the wheel's sweeps, not this checkout's"
 
-        # the floor's spine: a sweep stopped by SIGTERM after its first trial, resumed, promoted
-        quick = tmp_path / "quick"
-        quick.mkdir()
-        driver = inst.start(quick, "run", "+experiment=quickstart", *SMALL, "sweep.max_concurrent_trials=1",
-                            "+trainable.params.epoch_sleep_s=1.0")
-        log = lambda: list((quick / ".sweeps" / "logs").glob("quickstart-*.log"))  # noqa: E731
-        wait_for(lambda: log() and '"status": "TERMINATED"' in log()[0].read_text() or driver.poll() is not None,
-                 600, 1.0, "the first trial to end")
-        assert driver.poll() is None, driver.communicate()[1][-3000:]
-        driver.send_signal(signal.SIGTERM)
-        out, err = driver.communicate(timeout=300)
-        assert driver.returncode == 130, (out + err)[-4000:]
-        terminal = out + err
-        assert "Ray's, Tune's, MLflow's and the trials' own output" in err, err[-2000:]
-        for noise in NOISE:
-            assert noise not in terminal, f"{noise!r} reached the terminal:\n{terminal[-3000:]}"
-        (console,) = (quick / ".sweeps" / "logs").glob("console-*.log")
-        assert "Configuration for experiment" in console.read_text(), "Tune's box is in the console log"
-        resumed = ok(inst.sweeps(quick, "resume", "latest", "-v"))  # -v after the command: everything here
-        assert "finished" in resumed
-        assert f"ray {FLOOR} is not a version it was checked against" in resumed, resumed[-3000:]
-        assert "View detailed results here" in resumed, f"-v shows Tune's lines:\n{resumed[-3000:]}"
-        assert list((quick / ".sweeps" / "logs").glob("console-*.log")) == [console], "-v writes no console log"
-        promoted = inst.sweeps(quick, "promote", "latest", "--model-name", "floor-digits")
-        assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-4000:]
-        assert ok(inst.sweeps(quick, "doctor")).count("[FAIL]") == 0
-
         # a project of one's own: init, a trainable, a bundled scheduler overridden by the project's own file
         proj = tmp_path / "proj"
         proj.mkdir()
@@ -162,14 +134,35 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         dry = ok(inst.sweeps(proj, "run", "+experiment=mymlp", "--dry-run"))
         assert f"scheduler: asha <- {proj / 'conf' / 'scheduler' / 'asha.yaml'}" in dry, dry
         assert "searcher: random <- " in dry and "_bundled" in dry
-        # two sweeps started together in the project's fresh folder (no .sweeps/ yet): both finish
+        # two sweeps started together in the project's fresh folder (no .sweeps/ yet): the project's own trainable
+        # runs to the end; the starter (the bundled digits trainable) is stopped by SIGTERM after its first trial,
+        # resumed and finishes (the floor's spine: run, stop, resume, promote)
         assert not (proj / ".sweeps").exists()
-        pair = [inst.start(proj, "run", "+experiment=mymlp", *SMALL)]
+        mymlp = inst.start(proj, "run", "+experiment=mymlp", *SMALL)
         time.sleep(3)
-        pair.append(inst.start(proj, "run", "+experiment=starter", "sweep.num_samples=1", "trainable.params.epochs=2"))
-        for proc in pair:
-            out, err = proc.communicate(timeout=900)
-            assert proc.returncode == 0 and "finished" in out + err, (out + err)[-4000:]
+        starter = inst.start(proj, "run", "+experiment=starter", *SMALL, "sweep.max_concurrent_trials=1",
+                             "+trainable.params.epoch_sleep_s=1.0")
+        log = lambda: list((proj / ".sweeps" / "logs").glob("starter-*.log"))  # noqa: E731
+        wait_for(lambda: log() and '"status": "TERMINATED"' in log()[0].read_text() or starter.poll() is not None,
+                 600, 1.0, "the starter's first trial to end")
+        assert starter.poll() is None, starter.communicate()[1][-3000:]
+        starter.send_signal(signal.SIGTERM)
+        out, err = starter.communicate(timeout=300)
+        assert starter.returncode == 130, (out + err)[-4000:]
+        terminal = out + err
+        assert "Ray's, Tune's, MLflow's and the trials' own output" in err, err[-2000:]
+        for noise in NOISE:
+            assert noise not in terminal, f"{noise!r} reached the terminal:\n{terminal[-3000:]}"
+        consoles = set((proj / ".sweeps" / "logs").glob("console-*.log"))
+        assert any("Configuration for experiment" in c.read_text() for c in consoles), "Tune's box is in a console log"
+        out, err = mymlp.communicate(timeout=900)
+        assert mymlp.returncode == 0 and "finished" in out + err, (out + err)[-4000:]
+        (starter_record,) = (proj / ".sweeps" / "sweeps").glob("starter-*.json")
+        resumed = ok(inst.sweeps(proj, "resume", starter_record.stem, "-v"))  # -v after the command: everything here
+        assert "finished" in resumed
+        assert f"ray {FLOOR} is not a version it was checked against" in resumed, resumed[-3000:]
+        assert "View detailed results here" in resumed, f"-v shows Tune's lines:\n{resumed[-3000:]}"
+        assert set((proj / ".sweeps" / "logs").glob("console-*.log")) == consoles, "-v writes no console log"
         many = [str(p) for p in inst.ray_tmp.rglob("*.err") if MANY_RAYS in p.read_text(errors="replace")]
         assert not many, f"{MANY_RAYS!r}: Train's placement-group cleaner died in {many[:3]}"
         (record,) = (proj / ".sweeps" / "sweeps").glob("mymlp-*.json")
