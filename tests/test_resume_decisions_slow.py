@@ -190,8 +190,8 @@ def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop_and
 
     p = Project(tmp_path)
     args = ["+experiment=detloop", "scheduler=pbt", "searcher=random", "sweep.num_samples=4",
-            "sweep.max_concurrent_trials=2", "trainable.params.epochs=10", "trainable.params.epoch_sleep_s=0.3",
-            "checkpoint.num_to_keep=10",
+            "sweep.max_concurrent_trials=2", "trainable.params.epochs=6", "trainable.params.epoch_sleep_s=0.3",
+            "checkpoint.num_to_keep=10", "scheduler.perturbation_interval=3",
             "scheduler.hyperparam_mutations={lr: {dist: choice, values: [0.05, 0.02, 0.005]}}"]
     try:
         _stop_after(p, p.start("run", *args), 1, signal.SIGTERM)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
@@ -16,6 +17,8 @@ from sweeps.execution.resources import plan, remote, storage
 from sweeps.execution.tuning import keeper
 from sweeps.ops.signals import shielded
 from sweeps.tracking import client as mc
+
+T = TypeVar("T")
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
@@ -64,11 +67,35 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
         stop_ray()
 
 
-def stop_ray() -> None:
-    """Stop Ray, or wait for the shutdown the run pipeline began; a signal meanwhile is noted, not raised.
+def stop_ray_while(work: Callable[[], T]) -> T:
+    """Stop Ray on this thread while ``work`` runs on a helper thread; ``work``'s result (its error re-raised).
 
-    A second Ctrl-C during that wait would otherwise leave Ray's shutdown thread racing the interpreter's exit:
-    Ray's core worker then ends the process with status 1 instead of the 130 of an interrupted sweep."""
+    The run pipeline draws its report this way while Ray's processes go (1-2 s). Ray's core worker ends the
+    whole process when an ``ObjectRef`` or actor handle is released while it shuts down (the release calls into
+    it; Ray logs "The core worker has already been shutdown ... The process will exit"): a notebook kernel died
+    of it when Ray stopped on a helper thread and the sweep's frames let go of Tune's objects meanwhile. So the
+    thread that holds the sweep's Ray objects stops Ray; garbage is collected first and Python's cyclic collector
+    waits until Ray is down (a collection on the helper thread could release a reference held in a cycle);
+    ``work`` must not touch Ray.
+    """
+    gc.collect()
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeps-while-ray-stops") as pool:
+            done = pool.submit(work)
+            stop_ray()
+            return done.result()
+    finally:
+        if paused:
+            gc.enable()
+
+
+def stop_ray() -> None:
+    """Stop Ray; a signal meanwhile is noted, not raised.
+
+    A second Ctrl-C cutting the shutdown short would leave Ray half-stopped as the interpreter exits: Ray's core
+    worker then ends the process with status 1 instead of the 130 of an interrupted sweep."""
     with shielded("stopping Ray"):
         raystart.stop()
     keeper.after_ray_stopped()

@@ -16,11 +16,11 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
-from sweeps.execution.cluster import loopback, raystart
+from sweeps.execution.cluster import loopback
 from sweeps.execution.resources.plan import per_trial
 from sweeps.execution.tuning import livestatus, recovery, session
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
-from sweeps.ops.launch import launched
+from sweeps.ops.launch import launched, stop_ray_while
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
 from sweeps.reports import summary
 from sweeps.tracking.parent import finish_parent, make_tracker, open_parent
@@ -165,19 +165,18 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             _rank_models(c, rec, summ)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
                   missing_metric=lacking)
-    if lacking:  # nothing to confirm, report or promote: no trial reported the metric
-        raystart.stop_in_background()
-        _announce(spec, out)
-        return out
     if plan is not None and spec.confirm.enabled and out.succeeded and not interrupted:
         out.record = rec = _confirm(spec, rec, plan, c)
-    raystart.stop_in_background()  # nothing below needs Ray: the report is drawn while it stops
-    if spec.report.enabled:
-        out.report_paths = _report(rec, records_, summ, spec, c)
-        out.record = store.load(rec.sweep_id)  # now with its report folder
-    if spec.promote.enabled and status == "finished":
-        out.promotion, out.promotion_refused = _promote(rec, spec)
-    _announce(spec, out)
+
+    def without_ray() -> None:  # report, promotion, webhook, drawn while Ray stops (nothing here touches Ray)
+        if spec.report.enabled and not lacking:  # lacking: no trial reported the metric, nothing to report
+            out.report_paths = _report(rec, records_, summ, spec, c)
+            out.record = store.load(rec.sweep_id)  # now with its report folder
+        if spec.promote.enabled and status == "finished":
+            out.promotion, out.promotion_refused = _promote(rec, spec)
+        _announce(spec, out)
+
+    stop_ray_while(without_ray)
     return out
 
 

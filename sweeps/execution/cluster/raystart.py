@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,7 +121,6 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
     ``trials_at_once``: the plan's concurrency (local mode: whether warm processes preload torch)."""
     import ray
 
-    _wait_stopped()  # a previous sweep's Ray may still be going (stop_in_background): never reuse it half-down
     memory.reset_peak_rss()  # this sweep's report states its own peak (a notebook kernel runs many)
     env = train_env(spec)
     for k, v in env.items():
@@ -279,35 +277,9 @@ def state_api_settings() -> dict[str, Any]:
 _api_address: str | None = None
 
 
-_stopping: threading.Thread | None = None
-
-
-def stop_in_background() -> None:
-    """Begin shutting Ray down on a helper thread (its processes take 1-2 s to go); ``stop()`` waits for it.
-
-    The run pipeline calls this once the trials' results are read, so the report is drawn while Ray stops.
-    """
-    global _stopping
-    if _stopping is None:
-        _stopping = threading.Thread(target=_shutdown, name="sweeps-ray-stop", daemon=True)
-        _stopping.start()
-
-
-def _wait_stopped() -> None:
-    """Wait for a shutdown begun by ``stop_in_background`` (a notebook's next sweep, a resume after a stop)."""
-    global _stopping
-    if _stopping is not None:
-        _stopping.join()
-        _stopping = None
-
-
 def stop() -> None:
-    """Stop Ray (or wait for a shutdown begun by ``stop_in_background``)."""
-    _wait_stopped()
-    _shutdown()
-
-
-def _shutdown() -> None:
+    """Stop Ray (a no-op when it is not running). Never beside other work of this process that holds Ray's
+    objects: :func:`sweeps.ops.launch.stop_ray_while` says why."""
     import ray
 
     from sweeps.execution.levers import site_preload
