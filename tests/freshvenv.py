@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 UV_CACHE = Path(tempfile.gettempdir()) / "sweeps-test-uv-cache"
-DROP = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SWEEPS_HOME", "SWEEPS_CONF_DIR")
+# PYTHONDONTWRITEBYTECODE too: uv installs no bytecode, so with it set every process in the venv would compile torch
+# and mlflow from source on each import; without it the first import writes the bytecode the others read
+DROP = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SWEEPS_HOME", "SWEEPS_CONF_DIR", "PYTHONDONTWRITEBYTECODE")
 
 
 def pip_find_links() -> list[str]:

@@ -178,7 +178,7 @@ def test_a_drained_node_hands_its_trial_to_the_other_node_as_a_retry(parts: Part
         c.start_worker(NODE_CPUS, env=parts.s3.env)
     ids = {w.node_id: w for w in c.workers if w.alive()}
     proc = env.popen("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('drain')}", "scheduler=fifo",
-                     "sweep.num_samples=2", "trainable.params.epochs=8", "+trainable.params.epoch_sleep_s=3.0",
+                     "sweep.num_samples=2", "trainable.params.epochs=10", "+trainable.params.epoch_sleep_s=3.0",
                      "failure.worker_max_failures=2", "failure.max_failures=2", extra_env=parts.driver_env())
     try:
         def training() -> tuple[str, str] | None:
@@ -196,7 +196,9 @@ def test_a_drained_node_hands_its_trial_to_the_other_node_as_a_retry(parts: Part
              victim_node, "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot reclaim",
              "--deadline-remaining-seconds", "10"], env=c.client_env(), capture_output=True, text=True, timeout=120)
         assert drain.returncode == 0, drain.stdout + drain.stderr
-        time.sleep(10)  # the deadline (>= 18 s of epochs left): then the node goes, as the autoscaler's would
+        # the deadline (24 s of epochs were left at epoch 2, time for a slow `ray drain-node`): then the node goes,
+        # as the autoscaler's would
+        time.sleep(10)
         ids[victim_node].kill()
         out, _ = proc.communicate(timeout=900)
     finally:

@@ -71,7 +71,10 @@ class Installed:
         return self
 
     def env(self, home: Path, **extra: str) -> dict[str, str]:
-        drop = ("PYTHONPATH", "VIRTUAL_ENV", "SWEEPS_HOME", "SWEEPS_CONF_DIR", "SWEEPS_CONSOLE", "PYTHONHOME")
+        # PYTHONDONTWRITEBYTECODE too: uv installs no bytecode, so every process (each Ray worker) would compile
+        # ray and torch from source on each import; without it the first import writes what the others read
+        drop = ("PYTHONPATH", "VIRTUAL_ENV", "SWEEPS_HOME", "SWEEPS_CONF_DIR", "SWEEPS_CONSOLE", "PYTHONHOME",
+                "PYTHONDONTWRITEBYTECODE")
         env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(HOME=str(self.root / "user"), RAY_TMPDIR=str(self.ray_tmp), RAY_USAGE_STATS_ENABLED="0",
                    PYTHONUNBUFFERED="1", PATH=f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
