@@ -122,9 +122,10 @@ def test_every_start_is_split_into_stages_on_its_run_and_in_the_report(asha) -> 
         after_fit = sum(first[f"startup/{s}_s"] for s in STAGES[2:])  # the trial's own points, from fit() on
         assert after_fit <= 1.1 * tune_s + 0.1, ("the stages after fit() within 10% of Tune's clock", first)
         # what Tune's clock cannot see: the trial actor's lease, Tune's loop and the driver's callbacks on its
-        # start (the MLflow child run); measured 1.7 s of a 26 s start and 2.7 s of 21 s on a loaded machine
+        # start (the MLflow child run); measured 1.7 s of a 26 s start, 2.7 s of 21 s and 3.1 s of 19 s on a loaded
+        # machine. A wait in Tune's queue counted as start-up would put a trial's length (20 s and more) here.
         ahead = total - first["startup/pg_wait_s"] - tune_s
-        assert ahead <= max(0.15 * total, 3.0), ("the start, less its wait for room, is Tune's clock", first)
+        assert ahead <= max(0.2 * total, 5.0), ("the start, less its wait for room, is Tune's clock", first)
     summary = (env.root / "reports" / "digits_asha" / rec["sweep_id"] / "summary.md").read_text()
     table = summary.split("## Where the trials' seconds went", 1)[1]
     assert "from the trials' MLflow runs" in table
