@@ -345,19 +345,25 @@ def test_the_controller_runs_in_the_trial_actors_process(tmp_path: Path) -> None
     callbacks run here, and the run ends with the loop's metrics; with the lever off, an actor of its own."""
     import json
 
-    got = {}
-    for off in ("", "controller_in_trial"):
-        ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-        env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0",
-               "STORE": str(tmp_path / "store"), "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
-               levers_core.OFF: off}
-        try:
-            proc = subprocess.run([sys.executable, "-c", IN_TRIAL], env=env, capture_output=True, text=True,
-                                  timeout=180)
-        finally:
+    got, procs = {}, {}
+    try:
+        for off in ("", "controller_in_trial"):  # both at once, each on its own Ray
+            ray_tmp, home = tempfile.mkdtemp(prefix="rt", dir="/tmp"), tmp_path / f"home{len(procs)}"
+            home.mkdir()
+            env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
+                   "RAY_USAGE_STATS_ENABLED": "0", "STORE": str(tmp_path / f"store{len(procs)}"),
+                   "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0", levers_core.OFF: off}
+            procs[off] = (ray_tmp, subprocess.Popen([sys.executable, "-c", IN_TRIAL], env=env, text=True,
+                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        for off, (_, proc) in procs.items():
+            out, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err[-3000:]
+            got[off] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for ray_tmp, proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
             subprocess.run(["pkill", "-9", "-f", ray_tmp], check=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got[off] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got[""] == {"cls": "InTrialTorchTrainer", "metrics": got["controller_in_trial"]["metrics"], "here": True,
                        "started": True}, got
     assert got["controller_in_trial"]["cls"] == "LeanTorchTrainer" and not got["controller_in_trial"]["here"]
