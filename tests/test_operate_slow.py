@@ -19,7 +19,10 @@ from test_resume_decisions_slow import Project
 
 pytestmark = pytest.mark.slow
 # The stall watchdog armed shorter than the pause (30 s with nothing running): a pause must not count as a stall.
-ARGS = ["+experiment=detloop", "trainable.params.epochs=15", "trainable.params.epoch_sleep_s=0.4",
+# 20 epochs of 0.4 s: a trial runs ~8 s after its first report, time for `trial stop` (a CLI process, then the
+# driver's poll) to reach it before its last epoch (at 15 epochs one landed on the last report, a full run).
+EPOCHS = 20
+ARGS = ["+experiment=detloop", f"trainable.params.epochs={EPOCHS}", "trainable.params.epoch_sleep_s=0.4",
         "sweep.stall_timeout_s=25"]
 PAUSE_S = 30
 
@@ -60,7 +63,7 @@ def _child_runs(p: Project) -> list:
 
 def _running_trial(p: Project) -> str:
     """The trial with the newest report that has not reached its last epoch."""
-    live = [t for t in _trials(p) if t[-1]["training_iteration"] < 15]
+    live = [t for t in _trials(p) if t[-1]["training_iteration"] < EPOCHS]
     return max(live, key=lambda t: t[-1]["wall"])[0]["trial_id"]
 
 
@@ -86,8 +89,9 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         assert _status(p)["paused"]["by"], "status says who paused it"
         _refused(p.run("pause", "latest"), "a second pause")
         wait_for(lambda: _status(p)["trials"]["running"] == 0, 120, 1.0, "the running trial to end while paused")
-        seen = {t[0]["trial_id"] for t in _trials(p)}
-        time.sleep(PAUSE_S)
+        seen, paused_at = {t[0]["trial_id"] for t in _trials(p)}, time.monotonic()
+        _refused(p.run("trial", "stop", "latest", "no_such_trial"), "an unknown trial")  # while nothing runs
+        time.sleep(max(0.0, PAUSE_S - (time.monotonic() - paused_at)))
         assert {t[0]["trial_id"] for t in _trials(p)} == seen and _status(p)["trials"]["running"] == 0, \
             "no trial started while the sweep was paused"
         assert _status(p)["state"] == "paused" and driver.poll() is None, "a pause is not a stall"
@@ -97,7 +101,6 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         # trial stop: that trial ends early at its next report; the next one starts within 10 s
         victim = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[0]["trial_id"] not in before),
                                        None), 120, 0.5, "a trial started after unpause to report")
-        _refused(p.run("trial", "stop", "latest", "no_such_trial"), "an unknown trial")
         stopped = _ok(p.run("trial", "stop", "latest", victim))
         assert "applied" in stopped, stopped
         applied_at = time.time()
