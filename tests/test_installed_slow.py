@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, wait_for
-from freshvenv import UV_CACHE, pip_find_links
+from freshvenv import DROP, UV_CACHE, pip_find_links
 
 pytestmark = pytest.mark.slow
 FLOOR = "2.53.0"  # the oldest Ray of pyproject.toml's range (docs/ray.md, "Ray versions")
@@ -71,10 +71,7 @@ class Installed:
         return self
 
     def env(self, home: Path, **extra: str) -> dict[str, str]:
-        # PYTHONDONTWRITEBYTECODE too: uv installs no bytecode, so every process (each Ray worker) would compile
-        # ray and torch from source on each import; without it the first import writes what the others read
-        drop = ("PYTHONPATH", "VIRTUAL_ENV", "SWEEPS_HOME", "SWEEPS_CONF_DIR", "SWEEPS_CONSOLE", "PYTHONHOME",
-                "PYTHONDONTWRITEBYTECODE")
+        drop = (*DROP, "SWEEPS_CONSOLE")  # what every fresh venv drops (PYTHONDONTWRITEBYTECODE: freshvenv.DROP)
         env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(HOME=str(self.root / "user"), RAY_TMPDIR=str(self.ray_tmp), RAY_USAGE_STATS_ENABLED="0",
                    PYTHONUNBUFFERED="1", PATH=f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
