@@ -32,13 +32,13 @@ step "installing torch==2.13.0" python -m pip install -q torch==2.13.0
 # every import (measured: `import ray, torch, mlflow, ...` 10.0 s instead of 4.8 s; the fast tier 399 s, not 223 s).
 step "installing uv" python -m pip install -q "uv>=0.4"
 step "installing the project with its test extras" \
-  python -m uv pip install -q --compile-bytecode --python .venv/bin/python -e ".[test,hf]"
+  python -m uv pip install -q --compile-bytecode --python .venv/bin/python -e ".[test,hf,lightning]"
 # Every runtime dependency (and the test tools) must import, or the first sweep would fail late.
 step "importing the installed packages" python -c "
 import importlib, os, sys
 mods = ['sweeps', 'trainables', 'ray', 'ray.tune', 'ray.train.torch', 'ray.dashboard', 'torch', 'mlflow', 'optuna',
         'hyperopt', 'hydra', 'omegaconf', 'pandas', 'matplotlib', 'sklearn', 'croniter', 'filelock', 'pyarrow',
-        'transformers', 'accelerate', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil', 'nbclient',
+        'transformers', 'accelerate', 'lightning', 'pytest', 'pytest_timeout', 'xdist', 'selenium', 'psutil', 'nbclient',
         'nbformat', 'ipykernel']
 bad = []
 for m in mods:
