@@ -208,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BadInput(f"unknown command {argv[0]!r}{hint} Commands: {', '.join(COMMANDS)}")
         if argv[0] == "schedule":
             args, rest = parser.parse_known_args(argv)
+        elif argv[0] == "new" and "--" in argv:  # new trainable NAME --script PATH -- FIXED ARGS
+            cut = argv.index("--")
+            args, rest = parser.parse_args(argv[:cut]), []
+            args.fixed = argv[cut + 1:]
         else:
             args, rest = parser.parse_args(argv), []
         if getattr(args, "verbose", False):  # given after the command

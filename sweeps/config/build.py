@@ -12,7 +12,7 @@ from typing import Any
 from sweeps import paths
 from sweeps.config import limits, redaction, security, trust
 from sweeps.config.reader import Reader
-from sweeps.config.sections import objectives, outputs, runtime, scheduler, search, sweep, trainable
+from sweeps.config.sections import objectives, outputs, runtime, scheduler, script, search, sweep, trainable
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 
@@ -47,6 +47,7 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     trainable_cfg = trainable.parse(r, allowed)
     r.errors += trainable.metric_errors(sweep_cfg.metric, trainable_cfg)
     space_cfg = search.parse_space(r)
+    r.errors += script.space_errors(trainable_cfg.script, space_cfg)
     searcher = search.parse_target(r, "searcher")
     sched = search.parse_target(r, "scheduler")
     r.errors += search.searcher_errors(searcher, space_cfg)

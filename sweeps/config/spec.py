@@ -81,11 +81,23 @@ class TrainableCfg:
     requires: tuple[str, ...] = ()  # modules the loop imports beyond sweeps' own dependencies
     extra: str | None = None  # the package extra that installs them (pip install 'sweeps[EXTRA]')
     dataset: tuple[str, str] | None = None  # (name, digest) of the data it trains on: the models' metrics name it
+    script: dict[str, Any] | None = None  # the script adapter's ScriptSpec fields (sweeps.config.sections.script)
+
+    def loop_extras(self, metric: str) -> dict[str, Any]:
+        """What the loop and the loader get beside the params: a script trainable's spec, with the metric it
+        must log."""
+        if not self.script:
+            return {}
+        from trainables.script.spec import SPEC_KEY
+
+        return {SPEC_KEY: {**self.script, "metric": metric}}
 
     @property
     def epochs(self) -> int | None:
-        """The fixed epoch budget of every trial (``params.epochs``), or None when it is not an int."""
-        e = self.params.get("epochs")
+        """The fixed epoch budget of every trial (``params.epochs``, or the script's epoch option), or None when
+        it is not an int."""
+        key = (self.script or {}).get("epochs") or "epochs"
+        e = self.params.get(key)
         return e if isinstance(e, int) and not isinstance(e, bool) else None
 
     @property

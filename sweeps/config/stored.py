@@ -40,11 +40,13 @@ class StoredTrainable:
     load_model: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     dataset: tuple[str, str] | None = None  # (name, digest) it declared: its models' metrics name it
+    script: dict[str, Any] | None = None  # a script trainable's ``trainable.script`` (its path made absolute)
 
     @property
     def epochs(self) -> int | None:
-        """The fixed epoch budget of every trial (``params.epochs``), or None when it is not an int."""
-        e = self.params.get("epochs")
+        """The fixed epoch budget of every trial (``params.epochs``, or the script's epoch option), or None when
+        it is not an int."""
+        e = self.params.get((self.script or {}).get("epochs") or "epochs")
         return e if isinstance(e, int) and not isinstance(e, bool) else None
 
     @property
@@ -127,7 +129,8 @@ def _trainable(r: Reader) -> StoredTrainable:
     dataset = (str(data["name"]), str(data["digest"])) if {"name", "digest"} <= set(data) else None
     return StoredTrainable(name=text("name"), loop=text("loop"), builder=text("builder"),
                            load_model=text("load_model"),
-                           params=dict(r.get("trainable", "params", "map", default={}) or {}), dataset=dataset)
+                           params=dict(r.get("trainable", "params", "map", default={}) or {}), dataset=dataset,
+                           script=r.get("trainable", "script", "map", default=None))
 
 
 def _old_resources(r: Reader) -> tuple[float, float]:

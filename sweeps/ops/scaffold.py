@@ -14,7 +14,7 @@ package to the nodes like ``trainables``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.errors import BadInput
@@ -172,6 +172,7 @@ sweep:
 class Scaffold:
     files: dict[Path, str]
     experiment: str
+    notes: list[str] = field(default_factory=list)  # what the scaffold found, and what it could not
 
 
 def code_home(root: Path, name: str) -> tuple[Path, str]:
@@ -200,9 +201,11 @@ def _free_module_name(root: Path, name: str, dotted: str) -> None:
                        f"name would shadow it: pick another name")
 
 
-def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaffold:
+def plan(name: str, source: str | None = None, root: Path | None = None, script: str | None = None,
+         fixed: list[str] | None = None) -> Scaffold:
     """The files to write into the project folder ``root`` (nothing is written): BadInput for a bad name, an
-    existing trainable or ``--from``, or a folder inside an installed package."""
+    existing trainable or ``--from``, or a folder inside an installed package. ``script`` (with its fixed
+    arguments): a training script swept as it is (:mod:`sweeps.ops.scriptscaffold`)."""
     from sweeps.ops import project
 
     if not NAME.match(name or ""):
@@ -211,11 +214,16 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
     root = project.target(root)
     project.refuse_shadowing(root)
     module, dotted = code_home(root, name)
+    as_script = script is not None or (source is not None and _is_entry_point(source))
     files = {module: "", root / "conf" / "trainable" / f"{name}.yaml": "",
              root / "search_spaces" / f"{name}.yaml": "", root / "conf" / "experiment" / f"{name}.yaml": ""}
+    if as_script:
+        del files[module]  # the script is the code: no module of our own
     taken = [str(p) for p in files if p.exists()]
     if taken:
         raise BadInput(f"NAME: trainable {name!r} exists already ({', '.join(taken)}); pick another name")
+    if as_script:
+        return _script(name, root, files, script, source, fixed or [])
     _free_module_name(root, name, dotted)
     own = "" if dotted.startswith("trainables.") else name
     if source is None:
@@ -239,6 +247,43 @@ def plan(name: str, source: str | None = None, root: Path | None = None) -> Scaf
                                       params=a.params),
              a.space, EXPERIMENT.format(name=name, objective=a.objective, security=security)]
     return Scaffold(dict(zip(files, texts, strict=True)), name)
+
+
+def _is_entry_point(source: str) -> bool:
+    """``--from pkg.module:main`` names a script's entry point (it parses sys.argv) when the function takes no
+    parameters; a training function takes its config."""
+    import ast
+
+    from sweeps.config import loopsource
+
+    module, _, func = source.replace(":", ".").rpartition(".")
+    try:
+        tree = ast.parse(loopsource.locate(module).read_text(encoding="utf-8"))
+    except Exception:  # unreadable: adopt() says why
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == func:
+            a = node.args
+            return not (a.posonlyargs or a.args or a.vararg or a.kwonlyargs)
+    return False
+
+
+def _script(name: str, root: Path, files: dict[Path, str], script: str | None, source: str | None,
+            fixed: list[str]) -> Scaffold:
+    from sweeps.config import loopsource
+    from sweeps.ops import scriptscaffold
+
+    path = script
+    if path is None:  # an entry point: read the module's file, run it as pkg.module:function
+        assert source is not None
+        module = source.replace(":", ".").rpartition(".")[0]
+        path = str(loopsource.locate(module))
+    p = scriptscaffold.plan(name, path, fixed, root)
+    if script is None:
+        entry = source if source and ":" in source else ":".join(str(source).rsplit(".", 1))
+        p.trainable = p.trainable.replace(f"  path: ", f"  entry: {entry}  # ").replace(
+            "# relative to the project folder", "# (read from here)", 1)
+    return Scaffold(dict(zip(files, [p.trainable, p.space, p.experiment], strict=True)), name, p.notes)
 
 
 def write(scaffold: Scaffold) -> list[Path]:

@@ -55,7 +55,11 @@ def _builder_loader(build: Any) -> Any:
 
 
 def load(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any, str]:
-    """(what the loader returned, raw validation inputs, targets, the loader's config key)."""
+    """(what the loader returned, raw validation inputs, targets, the loader's config key).
+
+    A loader whose result carries ``examples`` (the script adapter's: the rows the script validated on, kept
+    in the checkpoint) gives its own validation rows; any other names ``validation_data`` beside itself.
+    """
     key, dotted = hook(rec)
     module = dotted.replace(":", ".").rpartition(".")[0]
     allowed = _allowed(rec)
@@ -66,14 +70,27 @@ def load(rec: Any, trial: Any, checkpoint: str) -> tuple[Any, Any, Any, str]:
         raise BadInput(f"{key}: cannot import {dotted!r} and {module}.validation_data() ({exc}); a trainable "
                        f"exposes both for promotion") from None
     loader = target if key == "trainable.load_model" else _builder_loader(target)
-    params = dict(stored.read(rec.config).trainable.params)
-    config = {**params, **trial.params}
+    stored_trainable = stored.read(rec.config).trainable
+    config = {**stored_trainable.params, **trial.params}
+    config.update(_script_extras(stored_trainable))
     try:
         with uris.local_copy(checkpoint) as folder:
             obj = loader(folder, config)
     except Exception as exc:  # a missing file, a foreign pickle (weights_only refuses it), a shape mismatch
         raise BadInput(f"checkpoint: {checkpoint} (trial {trial.trial_id}) cannot be loaded by {dotted} "
                        f"({type(exc).__name__}: {exc})") from None
+    examples = getattr(obj, "examples", None)
+    if examples is not None:
+        return obj.module, examples[0], examples[1], key
     # validation_data(config) when the trainable takes its settings (e.g. a data path), else validation_data()
     x_val, y_val = validation_data(config) if inspect.signature(validation_data).parameters else validation_data()
     return obj, x_val, y_val, key
+
+
+def _script_extras(trainable: Any) -> dict[str, Any]:
+    """A script trainable's spec, as its trials' loops had it (the loader rebuilds the model from it)."""
+    if not trainable.script:
+        return {}
+    from trainables.script.spec import SPEC_KEY
+
+    return {SPEC_KEY: dict(trainable.script)}

@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SPEC_KEY = "_sweeps_script"
@@ -40,11 +40,13 @@ class ScriptSpec:
     output: str | None = None
     resume: str | None = None
     lr: str | None = None
+    epochs: str | None = None  # the config key of the script's epoch option (the budget)
     metric: str = ""
     model_class: str | None = None  # promotion: the LightningModule / nn.Module class the script defines
     model_build: str | None = None  # promotion: "Net(hidden=config['hidden'])", for torch and accelerate
     saved_file: str | None = None  # promotion: the state-dict file a torch script saves ("model.pt")
     digest: str = ""  # sha256 of the script's text when the sweep was composed
+    source: str | None = None  # the script's text, for a node that does not have the project folder
 
     @property
     def name(self) -> str:
@@ -62,7 +64,8 @@ class ScriptSpec:
         d = dict(data)
         d["args"] = tuple(d.get("args") or ())
         d["flags"], d["switches"] = dict(d.get("flags") or {}), dict(d.get("switches") or {})
-        return cls(**d)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
 
     def options(self) -> set[str]:
         """The config keys that reach the script's command line."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from sweeps.config import security
 from sweeps.config.reader import Reader, mlflow_name_errors
+from sweeps.config.sections import script as script_section
 from sweeps.config.spec import TrainableCfg
 
 PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -31,6 +32,7 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     requires = tuple(map(str, r.get("trainable", "requires", "list", default=[]) or []))
     extra = r.get("trainable", "extra", "str", default=None)
     dataset = _dataset(r, r.get("trainable", "dataset", "map", default=None))
+    script = script_section.parse(r, t.get("script"))
     r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
     if isinstance(workers, int) and workers < 1:
         r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
@@ -46,7 +48,7 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
         name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
         checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
-        requires=requires, extra=extra, dataset=dataset,
+        requires=requires, extra=extra, dataset=dataset, script=script,
     )
 
 

@@ -1,0 +1,118 @@
+"""``trainable.script``: a user's training script as a trial's loop (the script adapter, docs/scripts.md).
+
+Checked before Ray starts: the file exists (a path relative to the project folder, the current directory), the
+framework is one the adapter knows and is installed (else the extra to install), every option key names an
+option of the script, and every searched parameter reaches the script's command line (a value the script
+never reads would make every trial the same). The result is the adapter's ``ScriptSpec`` as a plain dict,
+with the script's text, so a node without the project folder can run it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from sweeps.config.reader import Reader
+
+KEYS = ("path", "entry", "framework", "args", "flags", "switches", "output", "resume", "lr", "epochs",
+        "model_class", "model_build", "saved_file")
+ROLES = ("output", "resume", "lr", "epochs")
+PASSED = ("seed", "checkpoint_every", "cpus_per_worker")  # keys the loop gets that no script option takes
+
+
+def parse(r: Reader, node: Any) -> dict[str, Any] | None:
+    """The validated ``trainable.script`` as ``ScriptSpec`` fields, or None when absent (errors in ``r``)."""
+    from trainables.script.spec import FRAMEWORKS, NEEDS, digest
+
+    if node is None:
+        return None
+    if not isinstance(node, Mapping):
+        r.errors.append(f"trainable.script: expected a mapping (path, framework, flags...), got {node!r}")
+        return None
+    errors: list[str] = []
+    unknown = sorted(set(map(str, node)) - set(KEYS))
+    if unknown:
+        errors.append(f"trainable.script: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(KEYS)}")
+    framework = node.get("framework")
+    if framework not in FRAMEWORKS:
+        errors.append(f"trainable.script.framework: {framework!r}; use one of {', '.join(FRAMEWORKS)}")
+    else:
+        module, extra = NEEDS[framework]
+        if importlib.util.find_spec(module) is None:
+            how = f"pip install 'sweeps[{extra}]'" if extra else f"pip install {module}"
+            errors.append(f"trainable.script.framework: {framework} scripts need {module!r}, which this "
+                          f"environment lacks; install it with {how}")
+    path, entry, source = node.get("path"), node.get("entry"), None
+    if (path is None) == (entry is None):
+        errors.append("trainable.script: give path (the file you run) or entry (pkg.module:function), not both")
+    elif path is not None:
+        path, source, problem = _script_file(path)
+        if problem:
+            errors.append(problem)
+        elif isinstance(node, dict):
+            node["path"] = path  # the stored config names the file itself: promote, resume from any folder
+    elif not isinstance(entry, str) or ":" not in entry:
+        errors.append(f"trainable.script.entry: {entry!r}; give pkg.module:function (it parses sys.argv)")
+    args = node.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str | int | float) for a in args):
+        errors.append(f"trainable.script.args: {args!r}; give the fixed command-line arguments as a list")
+        args = []
+    flags, switches = _options(errors, node, "flags"), _options(errors, node, "switches")
+    both = sorted(set(flags) & set(switches))
+    if both:
+        errors.append(f"trainable.script: {', '.join(both)} is both a flag and a switch; keep one")
+    for role in ROLES:
+        key = node.get(role)
+        if key is not None and key not in flags and key not in switches:
+            errors.append(f"trainable.script.{role}: {key!r} is not one of the script's options "
+                          f"({', '.join(sorted({**flags, **switches})) or 'none'})")
+    for key in ("model_class", "model_build", "saved_file"):
+        if node.get(key) is not None and not isinstance(node.get(key), str):
+            errors.append(f"trainable.script.{key}: {node.get(key)!r}; give a string")
+    r.errors += errors
+    if errors:
+        return None
+    return {"framework": framework, "path": path, "entry": entry, "args": [str(a) for a in args], "flags": flags,
+            "switches": switches, **{k: node.get(k) for k in (*ROLES, "model_class", "model_build", "saved_file")},
+            "digest": digest(source) if source is not None else "", "source": source}
+
+
+def _script_file(path: Any) -> tuple[str, str | None, str | None]:
+    if not isinstance(path, str) or not path:
+        return str(path), None, f"trainable.script.path: {path!r}; give the script's file"
+    full = os.path.abspath(os.path.expanduser(path))
+    if not full.endswith(".py"):
+        return full, None, f"trainable.script.path: {path!r} is not a Python file (.py)"
+    try:
+        with open(full, encoding="utf-8") as f:
+            return full, f.read(), None
+    except OSError as exc:
+        return full, None, (f"trainable.script.path: cannot read {path!r} ({exc.strerror or exc}); a relative "
+                            f"path is read from the project folder ({os.getcwd()})")
+
+
+def _options(errors: list[str], node: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = node.get(key) or {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) and v.lstrip("!").startswith("-")
+                                                 for v in value.values()):
+        errors.append(f"trainable.script.{key}: {value!r}; map each config key to its option "
+                      f"({{lr: --lr, batch_size: --batch-size}})")
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def space_errors(script: Mapping[str, Any] | None, space_cfg: Mapping[str, Any],
+                 mutations: Mapping[str, Any] | None = None) -> list[str]:
+    """Every searched (or mutated) parameter must reach the script's command line."""
+    if script is None:
+        return []
+    options = set(script["flags"]) | set(script["switches"])
+    errors = []
+    for name in [*space_cfg, *(mutations or {})]:
+        if name not in options and name not in PASSED:
+            errors.append(f"search_space.{name}: {script.get('path') or script.get('entry')} takes no option for "
+                          f"{name!r}; its options: {', '.join(sorted(options)) or 'none'} (add one under "
+                          f"trainable.script.flags, or search one of these)")
+    return errors

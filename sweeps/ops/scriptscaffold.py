@@ -1,0 +1,205 @@
+"""``sweeps new trainable NAME --script PATH [-- FIXED ARGS]``: the files that sweep a training script as it is.
+
+The script stays where it is, untouched, and is read, never imported (:mod:`sweeps.ops.scriptscan`): its parser
+gives the options (the usual knobs become the search space, the rest stay fixed at the script's defaults), the
+calls it logs with give the metrics and the sweep's objective, its epoch option the budget, its output and
+resume options where the adapter points them. Every value written says where it came from; what could not be
+found is said in the files and on the console, with the one line to add.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeps.errors import BadInput
+
+# name -> a range around the script's default (None: no default)
+BATCH = ("batch_size", "per_device_train_batch_size", "train_batch_size")
+WIDTH = ("hidden", "hidden_size", "hidden_dim", "width", "units")
+FIXED_SPACES = {"weight_decay": "{dist: choice, values: [0.0, 0.01, 0.1]}",
+                "warmup_ratio": "{dist: uniform, low: 0.0, high: 0.2}",
+                "dropout": "{dist: uniform, low: 0.0, high: 0.5}",
+                "momentum": "{dist: uniform, low: 0.5, high: 0.99}"}
+EXTRAS = {"lightning": "lightning", "hf": "hf", "accelerate": "hf"}
+
+
+@dataclass
+class ScriptPlan:
+    """The three files' texts and what the console says about them."""
+
+    trainable: str
+    space: str
+    experiment: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _yaml(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else json.dumps(value) if value is not None else "null"
+
+
+def _space_line(p: Any, lr_key: str | None) -> str | None:
+    """A search range for one of the usual knobs, around the script's default."""
+    d = p.default
+    if p.name == lr_key or p.name in ("lr", "learning_rate"):
+        base = float(d) if isinstance(d, int | float) and d > 0 else 1e-3
+        return f"{{dist: loguniform, low: {base / 10:.1e}, high: {min(base * 10, 1.0):.1e}}}"
+    if p.name in FIXED_SPACES and p.kind in ("float", "int"):
+        return FIXED_SPACES[p.name]
+    if (p.name in BATCH or p.name in WIDTH) and p.kind == "int" and isinstance(d, int) and d >= 2:
+        return f"{{dist: choice, values: [{d // 2}, {d}, {d * 2}]}}"
+    return None
+
+
+def plan(name: str, path: str, fixed: list[str], root: Path) -> ScriptPlan:
+    """The files for script ``path`` (as given: relative to the project folder ``root``, or absolute)."""
+    from sweeps.config.contract import mode_of, objective
+    from sweeps.ops import scriptscan
+
+    full = Path(path).expanduser()
+    full = full if full.is_absolute() else (root / full)
+    if full.suffix != ".py" or not full.is_file():
+        raise BadInput(f"--script: {path!r} is not a Python file here ({full}); give the file you run as "
+                       f"`python PATH ...`")
+    scan = scriptscan.scan(full.read_text(encoding="utf-8", errors="replace"), str(full))
+    if scan.framework in EXTRAS:
+        _require(scan.framework, scan.framework_where)
+    try:
+        shown = os.path.relpath(full, root)
+    except ValueError:
+        shown = str(full)
+    shown = shown if not shown.startswith("..") else str(full)
+    notes: list[str] = [f"{shown}: {scan.framework} ({scan.framework_where}); parser: {scan.parser or 'none'}"]
+    fixed = list(fixed)
+    if scan.framework == "hf" and not any(a.split("=")[0] in ("--eval_strategy", "--evaluation_strategy")
+                                          for a in fixed):
+        fixed += ["--eval_strategy", "epoch"]
+        notes.append("added --eval_strategy epoch to the fixed arguments: the Trainer reports at each evaluation")
+    taken = {a.split("=")[0] for a in fixed if a.startswith("-")}
+    roles = {"output": scan.output, "resume": scan.resume, "lr": scan.lr, "epochs": scan.epochs}
+    role_keys = {role: p.name for role, p in roles.items() if p is not None}
+    flags = [p for p in scan.params if p.kind != "switch" and p.flag not in taken]
+    switches = [p for p in scan.params if p.kind == "switch" and p.flag not in taken]
+    metrics = [m.name for m in scan.metrics]
+    goal = objective(metrics) if metrics else None
+    for problem in scan.problems:
+        notes.append(problem)
+    if scan.parser is None:
+        notes.append(f"{shown} reads no command-line options sweeps can see (argparse, HfArgumentParser, "
+                     f"LightningCLI): a sweep cannot vary anything. Give it an argparse parser (e.g. "
+                     f"`parser.add_argument('--lr', type=float, default=0.01)`) and scaffold again")
+    if not metrics:
+        notes.append(f"{shown} logs no metric sweeps can see; add one line where it computes its validation "
+                     f"figures each epoch: `import sweeps; sweeps.report({{'val_loss': val_loss}})` (a no-op "
+                     f"outside a sweep), then set sweep.metric and trainable.metrics in the files below")
+    if roles["resume"] is None:
+        notes.append("the script takes no resume option: a restarted trial starts its training afresh")
+    promo = _promotion(scan)
+    if promo:
+        notes.append(promo)
+
+    space_lines = []
+    for p in flags:
+        line = _space_line(p, role_keys.get("lr"))
+        if line:
+            space_lines.append(f"{p.name}: {line}  # {p.where}, default {p.default!r}")
+    if not space_lines and flags:
+        notes.append("none of the script's options is a usual knob (lr, batch size, width, dropout...): the search "
+                     "space below is empty; add the options to search")
+    params = []
+    for p in flags:
+        if p.name in (role_keys.get("output"), role_keys.get("resume")) or p.default is None:
+            continue
+        value = int(p.default) if p.name == role_keys.get("epochs") and isinstance(p.default, float) \
+            and float(p.default).is_integer() else p.default
+        params.append(f"  {p.name}: {_yaml(value)}  # {p.where}")
+    epochs_key = role_keys.get("epochs")
+    if epochs_key and epochs_key != "epochs" and any(p.name == epochs_key for p in flags):
+        params.append(f"  epochs: ${{.{epochs_key}}}  # the budget the schedulers and the report count: "
+                      f"the script's {roles['epochs'].flag}")
+    for p in switches:
+        if p.name != role_keys.get("resume"):
+            params.append(f"  {p.name}: {_yaml(bool(p.default))}  # {p.where} (a switch)")
+
+    def opts(items: list[Any]) -> str:
+        return "".join(f"\n    {p.name}: {_yaml(p.flag)}  # {p.where}" for p in items) or " {}"
+
+    role_text = "".join(f"\n  {role}: {key}  # {roles[role].where}" for role, key in role_keys.items())
+    build = ""
+    if scan.framework in ("torch", "accelerate"):
+        build = (f"\n  model_build: {_yaml(scan.model_build)}  # promotion builds this, then loads the state dict"
+                 if scan.model_build else "")
+        build += f"\n  saved_file: {_yaml(scan.saved_file)}" if scan.saved_file else ""
+    elif scan.framework == "lightning" and scan.model_class:
+        build = f"\n  model_class: {scan.model_class}  # the LightningModule promotion loads the checkpoint into"
+    where = ", ".join(f"{m.name} ({m.where})" for m in scan.metrics) or "none found"
+    trainable = f"""# The trainable {name}: your script {shown}, run unchanged on every Train worker
+# (made by `python -m sweeps new trainable {name} --script {shlex.join([path, *(['--', *fixed] if fixed else [])])}`).
+# framework: {scan.framework} ({scan.framework_where}); metrics it logs: {where}
+name: {name}
+loop: trainables.script.train_loop
+load_model: trainables.script.load_model  # promotion reads the checkpoint the {scan.framework} way
+metrics: {json.dumps(metrics)}
+num_workers: 2
+use_gpu: false
+resources_per_worker: {{CPU: 1}}
+placement_strategy: PACK
+checkpoint_every: 1
+script:
+  path: {_yaml(shown)}  # relative to the project folder
+  framework: {scan.framework}
+  args: {json.dumps(fixed)}  # the fixed part of your command line
+  flags:{opts(flags)}
+  switches:{opts(switches)}{role_text}{build}
+params:  # fixed values (the script's defaults); the search space overrides them{''.join(chr(10) + p for p in params)}
+"""
+    space = (f"# The search space of {shown}: the usual knobs among its options, around its defaults.\n"
+             + ("\n".join(space_lines) if space_lines else "{}") + "\n")
+    if goal:
+        objective_text = f"  metric: {goal[0]}  # logged by the script; {goal[1]}imised\n  mode: {goal[1]}\n"
+    elif metrics:
+        objective_text = f"  metric: {metrics[0]}\n  mode: {mode_of(metrics[0])}\n"
+    else:
+        objective_text = "  # metric: (none found: see the trainable's header)\n"
+    epochs = role_keys.get("epochs")
+    experiment = f"""# @package _global_
+# {name}: `python -m sweeps run +experiment={name}` (made by `python -m sweeps new trainable {name} --script ...`).
+defaults:
+  - override /trainable: {name}
+  - override /search_space: {name}
+  - override /scheduler: asha
+
+sweep:
+  name: {name}
+  num_samples: 4
+  max_concurrent_trials: 1  # each trial runs 2 Train workers
+{objective_text}"""
+    if epochs is None:
+        notes.append("no epoch option found (--epochs, --max-epochs, --num_train_epochs): ASHA's budget is "
+                     "the scheduler's max_t")
+    return ScriptPlan(trainable, space, experiment, notes)
+
+
+def _promotion(scan: Any) -> str | None:
+    """What promotion will lack, as the dry-run says it."""
+    if scan.framework == "lightning" and not scan.model_class:
+        return "promotion: no LightningModule class found; set trainable.script.model_class"
+    if scan.framework in ("torch", "accelerate") and not scan.model_build:
+        return ("promotion: the model the script builds was not found; set trainable.script.model_build, e.g. "
+                "\"Net(hidden=config['hidden'])\"")
+    return None
+
+
+def _require(framework: str, where: str) -> None:
+    import importlib.util
+
+    from trainables.script.spec import NEEDS
+
+    module, extra = NEEDS[framework]
+    if importlib.util.find_spec(module) is None:
+        raise BadInput(f"--script: a {framework} script ({where}) needs {module!r}, which this environment lacks; "
+                       f"install it with pip install 'sweeps[{extra}]'")
