@@ -39,9 +39,18 @@ if TYPE_CHECKING:  # what __getattr__ hands out, for type checkers and editors
 
 __version__ = "0.1.0"
 __all__ = ["BadInput", "BestTrial", "Confirmation", "GateRefused", "SweepInterrupted", "SweepResult", "SweepsError",
-           "__version__", "confirm", "extend", "load", "pause", "promote", "resume", "run", "status", "stop",
+           "__version__", "confirm", "extend", "load", "pause", "promote", "report", "resume", "run", "status", "stop",
            "stop_trial", "unpause"]
-_FROM_API = frozenset(__all__) - {"BadInput", "GateRefused", "SweepsError", "__version__"}
+_FROM_API = frozenset(__all__) - {"BadInput", "GateRefused", "SweepsError", "__version__", "report"}
+
+
+def report(metrics: dict[str, Any]) -> None:
+    """Inside a script swept as it is (``sweeps new trainable NAME --script PATH``): figures for the trial's
+    report, once per epoch, e.g. ``sweeps.report({"val_loss": val_loss})``. Outside a sweep it does nothing,
+    so the script still runs alone unchanged. Call it on every rank or on rank 0 only: rank 0's figures count."""
+    from trainables.script import report as to_trial
+
+    to_trial(metrics)
 
 
 def __getattr__(name: str) -> Any:

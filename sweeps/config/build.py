@@ -47,7 +47,7 @@ def build_spec(cfg: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = N
     trainable_cfg = trainable.parse(r, allowed)
     r.errors += trainable.metric_errors(sweep_cfg.metric, trainable_cfg)
     space_cfg = search.parse_space(r)
-    r.errors += script.space_errors(trainable_cfg.script, space_cfg)
+    r.errors += script.space_errors(trainable_cfg.script, space_cfg, metrics=trainable_cfg.metrics)
     searcher = search.parse_target(r, "searcher")
     sched = search.parse_target(r, "scheduler")
     r.errors += search.searcher_errors(searcher, space_cfg)

@@ -134,6 +134,10 @@ def _sources(path: str, depth: int = 2) -> tuple[str, list[str]]:
 def features(t: TrainableCfg) -> list[tuple[str, bool | None, str]]:
     """What the trainable supports, read from its loop's source: ``(feature, supported, detail)``; supported is
     None where the source could not be read (one ``source`` line says why)."""
+    if t.script:  # a script run by the adapter: what it gets depends on its framework, not on a loop's source
+        from sweeps.config.sections import script
+
+        return script.features(t.script)
     try:
         source, problems = _sources(t.loop)
     except Exception as exc:  # the contract check describes; it never stops a sweep

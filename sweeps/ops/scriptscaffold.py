@@ -39,7 +39,14 @@ class ScriptPlan:
 
 
 def _yaml(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) else json.dumps(value) if value is not None else "null"
+    """A scalar as YAML reads it back (YAML 1.1 reads ``5e-05`` as a string: floats keep a point)."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exp = text.split("e")
+            text = f"{mantissa}.0e{exp}"
+        return text
+    return json.dumps(value) if value is not None else "null"
 
 
 def _space_line(p: Any, lr_key: str | None) -> str | None:
@@ -79,6 +86,8 @@ def plan(name: str, path: str, fixed: list[str], root: Path) -> ScriptPlan:
                                           for a in fixed):
         fixed += ["--eval_strategy", "epoch"]
         notes.append("added --eval_strategy epoch to the fixed arguments: the Trainer reports at each evaluation")
+    if scan.subcommand and scan.subcommand not in fixed:  # LightningCLI: `python script.py fit --model.lr ...`
+        fixed = [scan.subcommand, *fixed]
     taken = {a.split("=")[0] for a in fixed if a.startswith("-")}
     roles = {"output": scan.output, "resume": scan.resume, "lr": scan.lr, "epochs": scan.epochs}
     role_keys = {role: p.name for role, p in roles.items() if p is not None}
@@ -86,8 +95,8 @@ def plan(name: str, path: str, fixed: list[str], root: Path) -> ScriptPlan:
     switches = [p for p in scan.params if p.kind == "switch" and p.flag not in taken]
     metrics = [m.name for m in scan.metrics]
     goal = objective(metrics) if metrics else None
-    for problem in scan.problems:
-        notes.append(problem)
+    ours = ("command-line options", "logs no metric", "nn.Module")  # said below, with the line to add
+    notes += [p for p in scan.problems if not any(o in p for o in ours)]
     if scan.parser is None:
         notes.append(f"{shown} reads no command-line options sweeps can see (argparse, HfArgumentParser, "
                      f"LightningCLI): a sweep cannot vary anything. Give it an argparse parser (e.g. "
@@ -112,12 +121,18 @@ def plan(name: str, path: str, fixed: list[str], root: Path) -> ScriptPlan:
                      "space below is empty; add the options to search")
     params = []
     for p in flags:
+        if p.name == role_keys.get("epochs") and p.default is None:
+            params.append(f"  {p.name}: 10  # {p.where}: the script sets no default; the sweep's epoch budget")
+            continue
         if p.name in (role_keys.get("output"), role_keys.get("resume")) or p.default is None:
             continue
         value = int(p.default) if p.name == role_keys.get("epochs") and isinstance(p.default, float) \
             and float(p.default).is_integer() else p.default
         params.append(f"  {p.name}: {_yaml(value)}  # {p.where}")
     epochs_key = role_keys.get("epochs")
+    if not epochs_key:
+        params.append("  epochs: 10  # TO DO: the script's own epoch count (it takes no epoch option): the "
+                      "schedulers' budget")
     if epochs_key and epochs_key != "epochs" and any(p.name == epochs_key for p in flags):
         params.append(f"  epochs: ${{.{epochs_key}}}  # the budget the schedulers and the report count: "
                       f"the script's {roles['epochs'].flag}")
@@ -181,7 +196,9 @@ sweep:
     if epochs is None:
         notes.append("no epoch option found (--epochs, --max-epochs, --num_train_epochs): ASHA's budget is "
                      "the scheduler's max_t")
-    return ScriptPlan(trainable, space, experiment, notes)
+    todo = "".join(f"# TO DO: {n}\n" for n in notes[1:])
+    return ScriptPlan(trainable.replace("\nname: ", f"\n{todo}name: ", 1) if todo else trainable, space,
+                      experiment, notes)
 
 
 def _promotion(scan: Any) -> str | None:
@@ -195,11 +212,10 @@ def _promotion(scan: Any) -> str | None:
 
 
 def _require(framework: str, where: str) -> None:
-    import importlib.util
-
+    from sweeps.config.sections.script import importable
     from trainables.script.spec import NEEDS
 
     module, extra = NEEDS[framework]
-    if importlib.util.find_spec(module) is None:
+    if not importable(module):
         raise BadInput(f"--script: a {framework} script ({where}) needs {module!r}, which this environment lacks; "
                        f"install it with pip install 'sweeps[{extra}]'")

@@ -390,8 +390,31 @@ def _is_training_arguments(qualname: str | None) -> bool:
 
 
 def _training_arguments() -> dict[str, Param]:
-    return {name: Param(name, f"--{name}", kind, default, None, f"TrainingArguments.{name} (transformers' default)")
-            for name, kind, default in TRAINING_ARGUMENTS}
+    """The knobs the installed transformers' ``TrainingArguments`` has (a release drops some: 5.x has no
+    ``warmup_ratio``), with its defaults; the table's own where transformers is not installed."""
+    installed = _installed_training_arguments()
+    out = {}
+    for name, kind, default in TRAINING_ARGUMENTS:
+        if installed is not None:
+            if name not in installed:
+                continue
+            default = installed[name] if installed[name] is not None or default is None else default
+        out[name] = Param(name, f"--{name}", kind, default, None, f"TrainingArguments.{name} (transformers' default)")
+    return out
+
+
+def _installed_training_arguments() -> dict[str, Any] | None:
+    import dataclasses
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    try:
+        from transformers import TrainingArguments
+    except Exception:  # a broken install: the table stands
+        return None
+    return {f.name: (f.default if f.default is not dataclasses.MISSING else None)
+            for f in dataclasses.fields(TrainingArguments)}
 
 
 def _field_value(value: ast.expr | None) -> tuple[Any, tuple[Any, ...] | None, bool]:

@@ -37,7 +37,8 @@ class RunState:
     framework: str
     work: str  # the script's working (and output) folder on this worker
     resume_file: str | None  # Lightning's / HF's checkpoint to continue from (a restored copy), or None
-    lr: float | None  # the trial's learning rate, applied again after a framework restore (PBT)
+    lr: float | None  # the trial's learning rate, applied again after a restore (PBT)
+    resuming: bool = False  # the run continues from a checkpoint
     last_saved: str | None = None  # the newest state the script saved itself (Accelerate's save_state, torch.save)
     notes: list[str] = field(default_factory=list)
 
@@ -84,7 +85,6 @@ def mlflow_calls(stack: contextlib.ExitStack, rep: Reporter, scratch: str) -> No
     """The script's MLflow metrics go to the trial's reports; its runs to a scratch store in the run folder."""
     import mlflow
 
-    os.makedirs(scratch, exist_ok=True)
     for key, value in (("MLFLOW_TRACKING_URI", "file:" + scratch), ("MLFLOW_ALLOW_FILE_STORE", "true")):
         old = os.environ.get(key)
         os.environ[key] = value
@@ -136,10 +136,10 @@ def tensorboard(stack: contextlib.ExitStack, rep: Reporter) -> None:
 
 def accelerate_calls(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> None:
     """``Accelerator.log`` feeds the reports (on the main process, where Accelerate logs); ``save_state``'s
-    folder is what a resume hands back; ``load_state`` applies the trial's learning rate again after it."""
+    folder is what a resume hands back."""
     from accelerate import Accelerator
 
-    log_fn, save_fn, load_fn = Accelerator.log, Accelerator.save_state, Accelerator.load_state
+    log_fn, save_fn = Accelerator.log, Accelerator.save_state
 
     def log_values(self: Any, values: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         rep.log(values)
@@ -150,25 +150,38 @@ def accelerate_calls(stack: contextlib.ExitStack, rep: Reporter, state: RunState
         state.last_saved = _under(out if isinstance(out, str) else output_dir, state.work) or state.last_saved
         return out
 
-    def load_state(self: Any, *args: Any, **kwargs: Any) -> Any:
-        out = load_fn(self, *args, **kwargs)
-        for opt in getattr(self, "_optimizers", []):
-            apply_lr(opt, state.lr)
-        return out
-
     _swap(stack, Accelerator, "log", log_values)
     _swap(stack, Accelerator, "save_state", save_state)
-    _swap(stack, Accelerator, "load_state", load_state)
 
 
-def apply_lr(optimizer: Any, lr: float | None) -> None:
-    """The trial's learning rate into every parameter group (a restore brought back the saved one)."""
-    if lr is None:
-        return
-    for group in getattr(optimizer, "param_groups", []):
-        group["lr"] = lr
-        if "initial_lr" in group:
-            group["initial_lr"] = lr
+def restored_lr(stack: contextlib.ExitStack, lr: float) -> None:
+    """A resumed run (a retry, ``sweeps resume``, a PBT exploit) restores the optimizer and scheduler states the
+    checkpoint saved, learning rate included: the trial's own value (PBT's mutation) wins. Every framework
+    restores through ``Optimizer.load_state_dict`` and ``LRScheduler.load_state_dict``, so the value is set
+    again right after each, whoever calls it."""
+    import torch
+
+    opt_load = torch.optim.Optimizer.load_state_dict
+    sched_cls = torch.optim.lr_scheduler.LRScheduler
+    sched_load = sched_cls.load_state_dict
+
+    def optimizer_load(self: Any, state_dict: Any) -> Any:
+        out = opt_load(self, state_dict)
+        for group in self.param_groups:
+            group["lr"] = lr
+            if "initial_lr" in group:
+                group["initial_lr"] = lr
+        log.info("the trial's learning rate %g applied after the optimizer's restore", lr)
+        return out
+
+    def scheduler_load(self: Any, state_dict: Any) -> Any:
+        out = sched_load(self, state_dict)
+        if getattr(self, "base_lrs", None):
+            self.base_lrs = [lr for _ in self.base_lrs]
+        return out
+
+    _swap(stack, torch.optim.Optimizer, "load_state_dict", optimizer_load)
+    _swap(stack, sched_cls, "load_state_dict", scheduler_load)
 
 
 def torch_saves(stack: contextlib.ExitStack, state: RunState) -> None:
@@ -270,11 +283,6 @@ def _lightning_callback(pl: Any, rep: Reporter, state: RunState) -> Any:
     class SweepsReport(pl.Callback):  # type: ignore[misc,name-defined]
         """One report per training epoch on every rank, with a full checkpoint saved on every rank."""
 
-        def on_train_start(self, trainer: Any, module: Any) -> None:
-            if state.resume_file:  # the restore brought back the saved learning rate: the trial's wins
-                for opt in trainer.optimizers:
-                    apply_lr(opt, state.lr)
-
         def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
                                       dataloader_idx: int = 0) -> None:
             if rep.examples is None and not trainer.sanity_checking and isinstance(batch, list | tuple) \
@@ -283,6 +291,9 @@ def _lightning_callback(pl: Any, rep: Reporter, state: RunState) -> Any:
 
         def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
             metrics = {**trainer.callback_metrics, "epoch": trainer.current_epoch}
+            groups = trainer.optimizers[0].param_groups if trainer.optimizers else []
+            if groups:  # what the optimizer uses, as observed (a PBT mutation shows here after its exploit)
+                metrics["opt/lr"] = groups[0]["lr"]
 
             def save(folder: str) -> str:
                 trainer.save_checkpoint(os.path.join(folder, "model.ckpt"))
@@ -348,10 +359,6 @@ def _hf_callback(transformers: Any, rep: Reporter, state: RunState) -> Any:
     class SweepsReport(transformers.TrainerCallback):  # type: ignore[misc,name-defined]
         """Logs into the next report; one report per save, on every process (a barrier)."""
 
-        def on_train_begin(self, args: Any, st: Any, control: Any, optimizer: Any = None, **kw: Any) -> None:
-            if state.resume_file and optimizer is not None:
-                apply_lr(optimizer, state.lr)
-
         def on_log(self, args: Any, st: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             rep.log(logs or {})
 
@@ -373,6 +380,8 @@ def install(stack: contextlib.ExitStack, rep: Reporter, state: RunState, source:
             save: Callable[[str], str | None]) -> Epochs | None:
     """The hooks this script needs; returns the epoch marker of a script without callbacks."""
     process_group(stack)
+    if state.resuming and state.lr is not None:
+        restored_lr(stack, state.lr)
     if "mlflow" in source:
         mlflow_calls(stack, rep, os.path.join(os.path.dirname(state.work), "mlruns"))
     if "SummaryWriter" in source or "tensorboard" in source:

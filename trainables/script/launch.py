@@ -17,6 +17,7 @@ import logging
 import os
 import runpy
 import shutil
+import socket
 import sys
 import tempfile
 import uuid
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 TAIL_LINES = 25
 RESTORED = "_restored"  # inside the work folder: a Lightning / HF checkpoint handed back for resume
+OWNER = "owner"  # in each rank's run folder: "HOST PID" of the worker running it
 WORK = "work"  # inside a checkpoint: the plain script's files, as they were in its folder
 
 
@@ -53,14 +55,18 @@ def train_loop(config: dict[str, Any]) -> None:
     ctx = ray.train.get_context()
     rank, world, local_rank = ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()
     trial = str(config.get("_trial_id") or "trial")
+    prune_stale(run_root())
     folder = os.path.join(run_root(), f"{trial}-{uuid.uuid4().hex[:8]}", f"rank{rank}")
     work = os.path.join(folder, WORK)
     os.makedirs(work, exist_ok=True)
+    with open(os.path.join(folder, OWNER), "w") as f:
+        f.write(f"{socket.gethostname()} {os.getpid()}")
     path = script_file(spec, folder)
     resume = restore(ray.train.get_checkpoint(), spec, work)
     lr = config.get(spec.lr) if spec.lr else None
     state = hooks.RunState(spec.framework, work, resume if spec.framework in ("lightning", "hf") else None,
-                           float(lr) if isinstance(lr, int | float) and not isinstance(lr, bool) else None)
+                           float(lr) if isinstance(lr, int | float) and not isinstance(lr, bool) else None,
+                           resuming=resume is not None)
     resume_arg = resume if spec.framework not in ("lightning", "hf") else None
     args = argv(spec, config, output_dir=work if spec.output else None, resume_from=resume_arg)
     log_path = os.path.join(folder, "script.log")
@@ -77,6 +83,47 @@ def train_loop(config: dict[str, Any]) -> None:
             rep.flush(save)  # the last epoch's figures, with the script's last state
         rep.check_logged()
     shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+
+
+def prune_stale(root: str) -> None:
+    """Remove the run folders of workers that are gone from this host (a trial stopped early or killed never
+    cleans up after itself): each folder names its owner's host and process."""
+    host = socket.gethostname()
+    try:
+        runs = os.listdir(root)
+    except OSError:
+        return
+    for run in runs:
+        ranks = [os.path.join(root, run, r) for r in _listdir(os.path.join(root, run))]
+        owners = [_owner(os.path.join(r, OWNER)) for r in ranks]
+        if owners and all(o is not None and o[0] == host and not _alive(o[1]) for o in owners):
+            shutil.rmtree(os.path.join(root, run), ignore_errors=True)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _owner(path: str) -> tuple[str, int] | None:
+    try:
+        with open(path) as f:
+            host, pid = f.read().split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def script_file(spec: ScriptSpec, folder: str) -> str | None:

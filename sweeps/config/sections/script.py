@@ -40,7 +40,7 @@ def parse(r: Reader, node: Any) -> dict[str, Any] | None:
         errors.append(f"trainable.script.framework: {framework!r}; use one of {', '.join(FRAMEWORKS)}")
     else:
         module, extra = NEEDS[framework]
-        if importlib.util.find_spec(module) is None:
+        if not importable(module):
             how = f"pip install 'sweeps[{extra}]'" if extra else f"pip install {module}"
             errors.append(f"trainable.script.framework: {framework} scripts need {module!r}, which this "
                           f"environment lacks; install it with {how}")
@@ -79,6 +79,13 @@ def parse(r: Reader, node: Any) -> dict[str, Any] | None:
             "digest": digest(source) if source is not None else "", "source": source}
 
 
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that fails to import, or a module blocked in sys.modules
+        return False
+
+
 def _script_file(path: Any) -> tuple[str, str | None, str | None]:
     if not isinstance(path, str) or not path:
         return str(path), None, f"trainable.script.path: {path!r}; give the script's file"
@@ -104,15 +111,62 @@ def _options(errors: list[str], node: Mapping[str, Any], key: str) -> dict[str, 
 
 
 def space_errors(script: Mapping[str, Any] | None, space_cfg: Mapping[str, Any],
-                 mutations: Mapping[str, Any] | None = None) -> list[str]:
-    """Every searched (or mutated) parameter must reach the script's command line."""
+                 mutations: Mapping[str, Any] | None = None, metrics: tuple[str, ...] = ()) -> list[str]:
+    """Every searched (or mutated) parameter must reach the script's command line; a script must take options
+    and log a metric sweeps can see."""
     if script is None:
         return []
     options = set(script["flags"]) | set(script["switches"])
+    name = script.get("path") or script.get("entry")
     errors = []
+    if not options:
+        errors.append(f"trainable.script.flags: {name} reads no command-line option sweeps can see, so a sweep "
+                      f"cannot vary anything; give it a parser, e.g. `parser = argparse.ArgumentParser(); "
+                      f"parser.add_argument('--lr', type=float, default=0.01); args = parser.parse_args()`, "
+                      f"then run `sweeps new trainable NAME --script {name}` again")
+    if not metrics:
+        errors.append(f"trainable.metrics: {name} logs no metric sweeps can see; add one line where it computes "
+                      f"its validation figures each epoch: `import sweeps; sweeps.report({{'val_loss': val_loss}})` "
+                      f"(a no-op outside a sweep), then list it here and set sweep.metric")
     for name in [*space_cfg, *(mutations or {})]:
         if name not in options and name not in PASSED:
             errors.append(f"search_space.{name}: {script.get('path') or script.get('entry')} takes no option for "
                           f"{name!r}; its options: {', '.join(sorted(options)) or 'none'} (add one under "
                           f"trainable.script.flags, or search one of these)")
     return errors
+
+
+REPORTS = {"lightning": "one per training epoch: Lightning's callback metrics (self.log), with trainer.save_checkpoint",
+           "hf": "one per evaluation: the Trainer's logs (eval_*), with its checkpoint folder",
+           "torch": "one per pass over the training data: what it logs (mlflow, add_scalar, sweeps.report), with "
+                    "its output folder",
+           "accelerate": "one per pass over the training data: what it logs (accelerator.log, mlflow, "
+                         "sweeps.report), with its saved state"}
+
+
+def features(script: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """What a script trainable gets, as the dry-run's contract lines: ``(feature, supported, detail)``."""
+    fw, name = script["framework"], script.get("path") or script.get("entry")
+    out: list[tuple[str, bool | None, str]] = [("script", True, f"{name} ({fw}) runs unchanged on every Train "
+                                                                f"worker"), ("reports", True, REPORTS[fw])]
+    if fw in ("lightning", "hf"):
+        out.append(("resume", True, "PBT exploits, retries and `sweeps resume` continue through the framework's "
+                                    "own resume (ckpt_path / resume_from_checkpoint)"))
+    elif script.get("resume"):
+        out.append(("resume", True, f"the script resumes through its option for {script['resume']!r}"))
+    else:
+        out.append(("resume", False, "missing: the script takes no resume option, so a restarted trial trains "
+                                     "from scratch; add one (e.g. --resume PATH) and name it trainable.script.resume"))
+    if fw == "hf":
+        out.append(("promotion", True, "`promote` loads the checkpoint with from_pretrained (sequence "
+                                       "classification)"))
+    elif fw == "lightning":
+        ok = bool(script.get("model_class"))
+        out.append(("promotion", ok, f"`promote` loads the checkpoint into {script.get('model_class')}" if ok else
+                    "missing: set trainable.script.model_class (the LightningModule the script defines)"))
+    else:
+        ok = bool(script.get("model_build"))
+        out.append(("promotion", ok, f"`promote` builds {script.get('model_build')} and loads the saved state "
+                                     f"dict" if ok else "missing: set trainable.script.model_build, e.g. "
+                                                        "\"Net(hidden=config['hidden'])\""))
+    return out
