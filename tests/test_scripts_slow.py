@@ -191,9 +191,12 @@ def test_script_swept_with_asha_on_two_workers_then_promoted_and_loaded(
     env = project
     scaffold(env, name, script, *fixed)
     started = time.monotonic()
-    proc = env.run("run", f"+experiment={name}", *COMMON, epochs, check=True, timeout=600)
+    # the user's shell points MLflow at their store: the script's own MLflow calls must still open no run there
+    proc = env.run("run", f"+experiment={name}", *COMMON, epochs, check=True, timeout=600,
+                   extra_env={"MLFLOW_TRACKING_URI": env.tracking_uri})
     assert "2 total" in proc.stdout, proc.stdout[-2000:]
     sweep_id = sweep_id_of(proc.stdout)
     check_sweep(env, sweep_id, metric, knob)
+    assert mlflow_client(env.tracking_uri).get_experiment_by_name("ddp-wine") is None, "a stray run of the script's"
     promote_and_load(env, sweep_id, f"{name}-model", task)
     print(f"{name}: sweep + promote in {time.monotonic() - started:.0f} s")
