@@ -48,9 +48,14 @@ def report(metrics: dict[str, Any]) -> None:
     """Inside a script swept as it is (``sweeps new trainable NAME --script PATH``): figures for the trial's
     report, once per epoch, e.g. ``sweeps.report({"val_loss": val_loss})``. Outside a sweep it does nothing,
     so the script still runs alone unchanged. Call it on every rank or on rank 0 only: rank 0's figures count."""
-    from trainables.script import report as to_trial
+    import sys
 
-    to_trial(metrics)
+    # the adapter's reporter lives in the Train worker that runs the script, where the adapter's module is loaded;
+    # anywhere else the module is absent and there is nothing to report to (no import: sweeps never loads it)
+    session = sys.modules.get("trainables.script.session")
+    reporter = session.current() if session is not None else None
+    if reporter is not None:
+        reporter.log(metrics)
 
 
 def __getattr__(name: str) -> Any:

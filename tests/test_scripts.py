@@ -105,6 +105,14 @@ sweeps.report({"val_acc": 0.5})
     assert [m.name for m in scriptscan.scan(src, "tb.py").metrics] == ["val/loss", "val_acc"]
 
 
+def test_the_config_layer_and_the_adapter_share_one_table() -> None:
+    from trainables.script import spec
+
+    assert script_section.SPEC_KEY == spec.SPEC_KEY
+    assert script_section.FRAMEWORKS == spec.FRAMEWORKS and script_section.NEEDS == spec.NEEDS
+    assert script_section.digest("x = 1\n") == spec.digest("x = 1\n")
+
+
 # -- the command line a trial runs --------------------------------------------------------------------------
 SPEC = ScriptSpec(framework="torch", path="/p/train.py", args=("fit", "--quiet"),
                   flags={"lr": "--lr", "batch_size": "--batch-size", "output_dir": "--output-dir",

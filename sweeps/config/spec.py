@@ -88,7 +88,7 @@ class TrainableCfg:
         must log."""
         if not self.script:
             return {}
-        from trainables.script.spec import SPEC_KEY
+        from sweeps.config.sections.script import SPEC_KEY
 
         return {SPEC_KEY: {**self.script, "metric": metric}}
 

@@ -281,8 +281,9 @@ def _script(name: str, root: Path, files: dict[Path, str], script: str | None, s
     p = scriptscaffold.plan(name, path, fixed, root)
     if script is None:
         entry = source if source and ":" in source else ":".join(str(source).rsplit(".", 1))
-        p.trainable = p.trainable.replace(f"  path: ", f"  entry: {entry}  # ").replace(
-            "# relative to the project folder", "# (read from here)", 1)
+        p.trainable = p.trainable.replace("  path: ", f"  entry: {entry}  # ").replace(
+            "# relative to the project folder", "# (read from here)", 1).replace(
+            f"--script {path}", f"--from {source}", 1)
     return Scaffold(dict(zip(files, [p.trainable, p.space, p.experiment], strict=True)), name, p.notes)
 
 

@@ -91,6 +91,6 @@ def _script_extras(trainable: Any) -> dict[str, Any]:
     """A script trainable's spec, as its trials' loops had it (the loader rebuilds the model from it)."""
     if not trainable.script:
         return {}
-    from trainables.script.spec import SPEC_KEY
+    from sweeps.config.sections.script import SPEC_KEY
 
     return {SPEC_KEY: dict(trainable.script)}

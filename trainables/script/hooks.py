@@ -85,12 +85,13 @@ def mlflow_calls(stack: contextlib.ExitStack, rep: Reporter, scratch: str) -> No
     """The script's MLflow metrics go to the trial's reports; its runs to a scratch store in the run folder."""
     import mlflow
 
+    before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
     for key, value in (("MLFLOW_TRACKING_URI", "file:" + scratch), ("MLFLOW_ALLOW_FILE_STORE", "true")):
         old = os.environ.get(key)
         os.environ[key] = value
         stack.callback(_restore_env, key, old)
     mlflow.set_tracking_uri("file:" + scratch)
-    stack.callback(mlflow.set_tracking_uri, None)
+    stack.callback(_restore_tracking, mlflow, before)
     for name in ("log_metric", "log_metrics"):
         for owner in (mlflow, mlflow.tracking.fluent):
             if hasattr(owner, name):
@@ -105,6 +106,10 @@ def _capture_mlflow(rep: Reporter, name: str) -> Callable[..., None]:
         rep.log(metrics)
 
     return log_metric if name == "log_metric" else log_metrics
+
+
+def _restore_tracking(mlflow: Any, before: str | None) -> None:
+    mlflow.set_tracking_uri(before)  # None: back to the environment's (or MLflow's default)
 
 
 def _restore_env(key: str, old: str | None) -> None:
@@ -137,7 +142,10 @@ def tensorboard(stack: contextlib.ExitStack, rep: Reporter) -> None:
 def accelerate_calls(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> None:
     """``Accelerator.log`` feeds the reports (on the main process, where Accelerate logs); ``save_state``'s
     folder is what a resume hands back."""
-    from accelerate import Accelerator
+    try:
+        from accelerate import Accelerator
+    except ImportError:  # the script cannot use it either
+        return
 
     log_fn, save_fn = Accelerator.log, Accelerator.save_state
 

@@ -75,7 +75,7 @@ def train_loop(config: dict[str, Any]) -> None:
     with Reporter(spec.framework, spec.metric, rank, world, every, log_path if rank == 0 else None) as rep:
         save = _plain_save(spec, state, rank)
         with contextlib.ExitStack() as stack:
-            epochs = hooks.install(stack, rep, state, _source(path), save)
+            epochs = hooks.install(stack, rep, state, _source(path, spec.entry), save)
             stack.enter_context(_launched(args, work, path, rank, world, local_rank, ctx))
             stack.enter_context(_teed(log_path))
             _run(spec, path, log_path)
@@ -141,9 +141,15 @@ def script_file(spec: ScriptSpec, folder: str) -> str | None:
     return copy
 
 
-def _source(path: str | None) -> str:
+def _source(path: str | None, entry: str | None = None) -> str:
+    """The script's text (an entry point's module file): which hooks it needs is read from it."""
     if path is None:
-        return ""
+        import importlib.util
+
+        found = importlib.util.find_spec(str(entry).partition(":")[0])
+        path = found.origin if found is not None else None
+        if path is None or not os.path.isfile(path):
+            return "mlflow SummaryWriter accelerate"  # unreadable: every capture hook, to miss no metric
     with open(path, errors="replace") as f:
         return f.read()
 

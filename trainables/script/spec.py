@@ -16,8 +16,8 @@ from typing import Any
 SPEC_KEY = "_sweeps_script"
 FRAMEWORKS = ("lightning", "hf", "accelerate", "torch")
 # the framework -> the module that must import for it, and the extra that installs it
-NEEDS = {"lightning": ("lightning", "lightning"), "hf": ("transformers", "hf"), "accelerate": ("accelerate", "hf"),
-         "torch": ("torch", None)}
+NEEDS = {"lightning": ("lightning", "lightning"), "hf": ("transformers", "hf"),
+         "accelerate": ("accelerate", "accelerate"), "torch": ("torch", None)}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ with the script's text, so a node without the project folder can run it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -20,12 +21,21 @@ KEYS = ("path", "entry", "framework", "args", "flags", "switches", "output", "re
         "model_class", "model_build", "saved_file")
 ROLES = ("output", "resume", "lr", "epochs")
 PASSED = ("seed", "checkpoint_every", "cpus_per_worker")  # keys the loop gets that no script option takes
+# The adapter's own names (trainables.script.spec), written out here because the config layer does not import
+# the bundled trainables; tests/test_scripts.py holds the two to one table.
+SPEC_KEY = "_sweeps_script"  # the loop config's key of the script's spec
+FRAMEWORKS = ("lightning", "hf", "accelerate", "torch")
+NEEDS = {"lightning": ("lightning", "lightning"), "hf": ("transformers", "hf"),
+         "accelerate": ("accelerate", "accelerate"), "torch": ("torch", None)}  # module to import, extra
+
+
+def digest(text: str) -> str:
+    """The script's text as the sweep composed it (sha256, 16 hex digits)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def parse(r: Reader, node: Any) -> dict[str, Any] | None:
     """The validated ``trainable.script`` as ``ScriptSpec`` fields, or None when absent (errors in ``r``)."""
-    from trainables.script.spec import FRAMEWORKS, NEEDS, digest
-
     if node is None:
         return None
     if not isinstance(node, Mapping):

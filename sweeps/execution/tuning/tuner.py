@@ -29,7 +29,8 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
         resources_per_worker=resources, placement_strategy=t.placement_strategy,
         storage_path=spec.storage_path, train_dir=train_dir(spec, sweep_id),
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
-        checkpoint_every=t.checkpoint_every, extra_config={"seed": spec.sweep.seed, **t.loop_extras(spec.sweep.metric)}, datasets=t.datasets,
+        checkpoint_every=t.checkpoint_every, datasets=t.datasets,
+        extra_config={"seed": spec.sweep.seed, **t.loop_extras(spec.sweep.metric)},
         sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean,
         job_env_vars=None if spec.cluster.mode == "local" else job_env_vars(),
     )
