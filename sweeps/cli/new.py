@@ -1,4 +1,4 @@
-"""``new trainable NAME [--from pkg.module:function]``: scaffold a trainable, then show its dry-run."""
+"""``new trainable NAME [--from pkg.module:function | --script PATH [-- ARGS]]``: scaffold, then dry-run."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def cli_new(args: argparse.Namespace) -> int:
-    from sweeps.ops import prepare, scaffold
-
     from sweeps.errors import BadInput
+    from sweeps.ops import prepare, scaffold
 
     fixed = list(args.fixed or [])
     if fixed and args.script is None:
