@@ -350,3 +350,45 @@ def test_the_script_sees_a_torchrun_launch(tmp_path: Path) -> None:
     assert "MASTER_ADDR" in env and args == ["t.py", "--lr", "0.1"]
     assert cwd == str(work) and path0 == str(tmp_path)
     assert os.getcwd() != str(work) and sys.argv != args
+
+
+def test_hf_saves_are_aligned_to_its_evaluations(tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "mine"), eval_strategy="steps", eval_steps=50,
+                             save_strategy="steps", save_steps=200, use_cpu=True, report_to="none")
+    state = hooks.RunState("hf", str(tmp_path / "work"), None, None)
+    hooks._align(args, state)
+    assert (str(args.save_strategy.value), args.save_steps) == ("steps", 50)
+    assert args.output_dir == state.work and state.notes
+    epochs = TrainingArguments(output_dir="x", eval_strategy="epoch", save_strategy="no", use_cpu=True)
+    hooks._align(epochs, state)
+    assert str(epochs.save_strategy.value) == "epoch"
+
+
+def test_a_script_that_never_logged_the_metric_says_what_it_logged() -> None:
+    rep = Reporter("torch", "val_loss", 0, 1, 1, None)
+    rep.seen = {"train_loss": 0.5}
+    with pytest.raises(RuntimeError, match="the script logged no 'val_loss' \\(it logged train_loss; 0 report"):
+        rep.check_logged()
+    Reporter("torch", "val_loss", 1, 2, 1, None).check_logged()  # only rank 0 judges
+
+
+def test_a_node_without_the_project_folder_runs_the_copy_the_sweep_carries(tmp_path: Path) -> None:
+    text = "print('hello')\n"
+    spec = ScriptSpec(framework="torch", path="/not/on/this/node/train.py", source=text)
+    copy = launch.script_file(spec, str(tmp_path))
+    assert copy == str(tmp_path / "train.py") and Path(copy).read_text() == text
+    with pytest.raises(FileNotFoundError, match="carries no copy"):
+        launch.script_file(ScriptSpec(framework="torch", path="/not/here.py"), str(tmp_path))
+
+
+def test_stale_run_folders_of_gone_workers_are_pruned(tmp_path: Path) -> None:
+    import socket
+
+    gone, alive = tmp_path / "t1-aaaa" / "rank0", tmp_path / "t2-bbbb" / "rank0"
+    for folder, pid in ((gone, 2**22 + 12345), (alive, os.getpid())):
+        folder.mkdir(parents=True)
+        (folder / launch.OWNER).write_text(f"{socket.gethostname()} {pid}")
+    launch.prune_stale(str(tmp_path))
+    assert not gone.parent.exists() and alive.exists()
