@@ -117,6 +117,7 @@ def _owner(path: str) -> tuple[str, int] | None:
 
 
 def _alive(pid: int) -> bool:
+    """As ``sweeps.lease.pid_alive`` (written out: trainables import nothing from sweeps)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
