@@ -124,7 +124,8 @@ def _sort(scan: Any, shown: str, fixed: list[str]) -> _Read:
 def _notes(read: _Read) -> None:
     """What the scaffold could not find, each with what to do."""
     scan, shown, notes = read.scan, read.shown, read.notes
-    ours = ("command-line options", "logs no metric", "nn.Module")  # said below, with the line to add
+    ours = ("command-line options", "logs no metric", "nn.Module",  # said below, with the line to add
+            "runs a subcommand")  # the scaffold puts it first in the fixed arguments
     notes += [p for p in scan.problems if not any(o in p for o in ours)]
     if scan.parser is None:
         notes.append(f"{shown} reads no command-line options sweeps can see (argparse, HfArgumentParser, "
@@ -134,7 +135,7 @@ def _notes(read: _Read) -> None:
         notes.append(f"{shown} logs no metric sweeps can see; add one line where it computes its validation "
                      f"figures each epoch: `import sweeps; sweeps.report({{'val_loss': val_loss}})` (a no-op "
                      f"outside a sweep), then set sweep.metric and trainable.metrics in the files below")
-    if read.key("resume") is None:
+    if read.key("resume") is None and scan.framework in ("torch", "accelerate"):  # the others: the framework's
         notes.append("the script takes no resume option: a restarted trial starts its training afresh")
     promo = _promotion(scan)
     if promo:

@@ -18,6 +18,7 @@ that is not there. One function per concern; :func:`install` picks those the scr
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -267,6 +268,7 @@ def lightning(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> No
     init, fit = pl.Trainer.__init__, pl.Trainer.fit
     callback = _lightning_callback(pl, rep, state)
 
+    @functools.wraps(init)  # LightningCLI reads the Trainer's options from this signature
     def trainer_init(self: Any, *args: Any, **kwargs: Any) -> None:
         plugins = kwargs.get("plugins") or []
         plugins = [p for p in (plugins if isinstance(plugins, list | tuple) else [plugins])
@@ -277,6 +279,7 @@ def lightning(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> No
         kwargs["callbacks"] = [*(callbacks if isinstance(callbacks, list | tuple) else [callbacks]), callback]
         init(self, *args, **kwargs)
 
+    @functools.wraps(fit)
     def trainer_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state.resume_file:
             args = args[:4]
@@ -322,6 +325,7 @@ def huggingface(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> 
                          transformers.Trainer.prediction_step)
     callback = _hf_callback(transformers, rep, state)
 
+    @functools.wraps(init)
     def trainer_init(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         _align(self.args, state)
@@ -331,12 +335,14 @@ def huggingface(stack: contextlib.ExitStack, rep: Reporter, state: RunState) -> 
             if cls is not None:
                 self.remove_callback(cls)
 
+    @functools.wraps(train)
     def trainer_train(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state.resume_file:
             args = ()
             kwargs["resume_from_checkpoint"] = state.resume_file
         return train(self, *args, **kwargs)
 
+    @functools.wraps(step)
     def prediction_step(self: Any, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if rep.examples is None and isinstance(inputs, dict) and "input_ids" in inputs and "labels" in inputs:
             rep.keep_examples(inputs["input_ids"], inputs["labels"])
