@@ -123,8 +123,8 @@ def test_lightning_script_stopped_by_sigterm_resumes_each_trial_from_its_checkpo
     env = project
     scaffold(env, "lit", "lightning_digits.py")
     # batch 8: epochs long enough (~1 s) to stop the sweep mid-trial
-    args = ["run", "+experiment=lit", *COMMON, "sweep.max_concurrent_trials=1", "trainable.params.max_epochs=8",
-            "trainable.params.batch_size=8", "~search_space.batch_size"]
+    args = ["run", "+experiment=lit", *COMMON, "trainable.params.max_epochs=6", "trainable.params.batch_size=8",
+            "~search_space.batch_size"]
     proc = subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=env.root, env=env.env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -133,7 +133,7 @@ def test_lightning_script_stopped_by_sigterm_resumes_each_trial_from_its_checkpo
             if not recs:
                 return proc.poll() is not None
             exp = json.loads(recs[0].read_text()).get("experiment_dirs") or []
-            return proc.poll() is not None or any(2 <= len(rows(d)) < 8 for e in exp for d in trial_dirs(e))
+            return proc.poll() is not None or any(2 <= len(rows(d)) < 6 for e in exp for d in trial_dirs(e))
 
         wait_for(mid_trial, 400, interval=0.5, what="a trial two epochs in")
         assert proc.poll() is None, "the sweep ended before it could be stopped"
@@ -158,7 +158,7 @@ def test_pbt_of_the_lightning_script_applies_the_mutated_learning_rate_after_the
     env = project
     if not (env.root / "conf" / "trainable" / "lit.yaml").is_file():
         scaffold(env, "lit", "lightning_digits.py")
-    proc = env.run("run", "+experiment=lit", *COMMON, "scheduler=pbt", "trainable.params.max_epochs=6",
+    proc = env.run("run", "+experiment=lit", *COMMON, "scheduler=pbt", "trainable.params.max_epochs=4",
                    "scheduler.synch=true", "scheduler.perturbation_interval=2", "scheduler.quantile_fraction=0.5",
                    "scheduler.resample_probability=1.0", "checkpoint.num_to_keep=4",
                    "+scheduler.hyperparam_mutations.lr={dist: loguniform, low: 1.0e-3, high: 1.0e-1}",
