@@ -1,5 +1,6 @@
 """The Train -> Tune bridge on the unhappy paths: a driver that lags, the disk it leaves, a plain Ray-docs loop
-under PBT and a Tune retry, and no state carried from one trial's processes to the next. Slow tier."""
+under PBT and a Tune retry. No state carried from one trial's processes to the next: the searcher sweeps of
+tests/test_sweep_slow.py (each trial's Train worker a fresh process). Slow tier."""
 
 from __future__ import annotations
 
@@ -99,27 +100,5 @@ def test_ray_docs_loop_resumes_after_a_tune_retry(tmp_path: Path) -> None:
         (trial,) = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 5)
         assert trial.num_failures == 1 and trial.status == "TERMINATED", (trial.num_failures, trial.status)
         assert [r["epoch"] for r in _rows(Path(trial.path))] == [0, 1, 2, 3, 4], "the retry restarted from 0"
-    finally:
-        env.cleanup()
-
-
-def test_a_trial_sees_no_module_state_of_an_earlier_one(tmp_path: Path) -> None:
-    """Warm processes must not leak: each trial's Train workers are fresh processes (tests/leak_probe.py).
-
-    The reuse contract: Train's controller and workers (where the loop runs) never outlive their Train run;
-    a Tune trial actor (the trial's driver, where a ``datasets`` builder runs) may be reused by the next trial
-    when ``reuse_actors`` is on, so a builder must not keep per-trial module state."""
-    env = SweepsEnv(tmp_path)
-    try:
-        env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=3",
-                "sweep.max_concurrent_trials=1", "trainable.num_workers=1",
-                "trainable.loop=tests.leak_probe.train_loop", "trainable.params.epochs=1", "report.enabled=false",
-                check=True, timeout=900,  # the probe's package, as the user's own install gives it, allowed by the
-                extra_env={"PYTHONPATH": str(REPO), "SWEEPS_ALLOWED_TARGETS": "tests.leak_probe"})  # operator
-        exp = Path(_index(env)["experiment_dirs"][0])
-        rows = [r for d in exp.iterdir() if d.is_dir() and (d / "result.json").is_file() for r in _rows(d)]
-        assert len(rows) == 3
-        assert [r["seen_before"] for r in rows] == [0, 0, 0], rows
-        assert len({r["pid"] for r in rows}) == 3, "a Train worker process was reused across trials"
     finally:
         env.cleanup()

@@ -4,7 +4,8 @@ As a user adopts it: ``pip wheel .``, a fresh venv (uv) with torch, the wheel an
 floor: Ray's public path, every lever off), nothing of this checkout on its path, and every command run from
 an empty folder:
 
-- ``init`` (its starter experiment dry-run), ``new trainable mymlp`` and ``run +experiment=mymlp`` under a bundled
+- ``init`` (its starter experiment dry-run), ``new trainable mymlp`` (the default template: what it wrote, its
+  contract check's ``yes resume``, the next command) and ``run +experiment=mymlp`` (both trials end) under a bundled
   scheduler that the project's own ``conf/scheduler/asha.yaml`` overrides, started together with the starter
   experiment in the project's fresh folder (two sweeps, two embedded Rays, one new store): ``mymlp`` finishes, the
   starter is stopped by SIGTERM after its first trial with a terminal that holds only ``sweeps``' own lines
@@ -125,7 +126,9 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         proj.mkdir()
         ok(inst.sweeps(proj, "init"))
         assert "sweep          : starter" in ok(inst.sweeps(proj, "run", "+experiment=starter", "--dry-run"))
-        ok(inst.sweeps(proj, "new", "trainable", "mymlp"))
+        made = ok(inst.sweeps(proj, "new", "trainable", "mymlp"))  # the default template, no --from
+        assert "wrote" in made and "yes resume" in made and "next: python -m sweeps run +experiment=mymlp" in made, \
+            made[-3000:]
         assert (proj / "mymlp.py").is_file() and (proj / "conf" / "experiment" / "mymlp.yaml").is_file()
         (proj / "conf" / "scheduler").mkdir()
         bundled_asha = next(inst.venv.glob("lib/python3.*/site-packages/sweeps/_bundled/conf/scheduler/asha.yaml"))
@@ -168,6 +171,9 @@ def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_i
         (record,) = (proj / ".sweeps" / "sweeps").glob("mymlp-*.json")
         rec = json.loads(record.read_text())
         assert rec["config"]["scheduler"]["grace_period"] == 1, "the project's asha.yaml won"
+        c = rec["counts"]
+        assert rec["status"] == "finished" and c["completed"] + c["early_stopped"] == 2 and not c["failed"], \
+            ("both trials of the scaffold's own loop ran to their end", c)
         # the project's own trainable, imported by the `sweeps` script (its sys.path starts at the venv's bin/)
         promoted = inst.sweeps(proj, "promote", record.stem, "--model-name", "floor-mymlp")
         assert promoted.returncode == 0, (promoted.stdout + promoted.stderr)[-4000:]

@@ -1,4 +1,9 @@
-"""``sweeps new trainable``: the scaffold's files, its refusals, and a real sweep of it from a clean copy."""
+"""``sweeps new trainable``: the scaffold's files, its refusals, and a real sweep of it from a clean copy.
+
+The default template (no ``--from``) made and swept to its end: tests/test_installed_slow.py (``new trainable
+mymlp``, then ``run +experiment=mymlp``, from the installed wheel); a clean clone's ``trainables/NAME.py`` swept:
+the ``linex`` tests below.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, REPO, SweepsEnv, clean_clone, mlflow_client
+from conftest import REPO, SweepsEnv, clean_clone, mlflow_client
 
 from sweeps.errors import BadInput
 from sweeps.ops import scaffold
@@ -131,28 +136,6 @@ def test_contract_check_reads_a_package_with_an_unimportable_sibling_without_imp
     example = lines(f"{LINEAR}.train_func")  # Ray's own package: its siblings (ray.workflow...) are not read
     assert any(line.startswith("NO  resume") for line in example), example
     assert any(line.startswith("yes checkpoints") for line in example), example
-
-
-@pytest.mark.slow
-def test_new_trainable_then_run_it_from_a_cleanclean_clone(tmp_path: Path) -> None:
-    root = clean_clone(tmp_path / "clone")
-    env = SweepsEnv(tmp_path / "run")
-    env.env.pop("SWEEPS_CONF_DIR")
-    env.env["PYTHONPATH"] = str(root)  # the clone's packages, as an install of the clone would give
-    try:
-        made = subprocess.run([sys.executable, "-m", "sweeps", "new", "trainable", "foo"], cwd=root, env=env.env,
-                              capture_output=True, text=True, timeout=300)
-        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
-        assert "wrote" in made.stdout and "yes resume" in made.stdout and "next: python -m sweeps run" in made.stdout
-        ran = subprocess.run([sys.executable, "-m", "sweeps", "run", "+experiment=foo", "sweep.num_samples=2",
-                              "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false", *FAST],
-                             cwd=root, env=env.env, capture_output=True, text=True, timeout=600)
-        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(rec_path.read_text())
-        assert rec["status"] == "finished" and rec["counts"]["completed"] == 2, rec["counts"]
-    finally:
-        env.cleanup()
 
 
 def test_new_from_rays_linear_example_writes_a_config_that_passes_its_own_checks(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SweepsEnv, race
+from conftest import SweepsEnv
 from freshvenv import FreshVenv, invocations, requirements_file
 
 from sweeps.cli import models as cli_models
@@ -332,9 +332,8 @@ def test_champion_is_served_from_the_fresh_virtualenv_on_raw_rows(env: SweepsEnv
     assert sum(p["label"] == t for p, t in zip(preds, y[:40], strict=True)) >= 36
 
 
-@pytest.mark.slow
-def test_two_concurrent_promotions_leave_the_better_one_at_the_alias(env: SweepsEnv, good: dict[str, Any]) -> None:
-    race(env, good["sweep_id"], "quickstart-race", env.tracking_uri)
+# two promotions at once, the better one left at the alias: conftest.race, run through a real mlflow server by
+# tests/test_tracking_server.py (the lock on the embedded SQLite store: tests/test_lock_namespaces.py)
 
 
 @pytest.mark.slow

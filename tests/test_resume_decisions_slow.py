@@ -4,9 +4,11 @@ Trials run one at a time over a fixed grid of a deterministic loop (:mod:`decisi
 decisions are known (Tune's own scheduler classes fed the same results in the same order); each sweep here is
 stopped after some trials (SIGTERM, SIGKILL of the driver), resumed, and must give every configuration the
 same epochs. Each scheduler needs its own sweep: the stop is the subject (ASHA's sweep is stopped twice, SIGTERM
-then SIGKILL, and extended). HyperBand has no sweep here: with trials one at a time over this grid Tune's
-HyperBand fills its no-stopping bracket first and never pauses or stops a trial, so a straight and a resumed
-sweep agree whatever was saved; its state comes back through the lever in tests/test_schedstate.py. Slow tier.
+then SIGKILL, and extended; then it carries the unhappy paths of a stop: refusals while live, SIGTERM then
+Ctrl-C, a damaged ``tuner.pkl`` with no good copy, an extension stopped before it started). HyperBand has no
+sweep here: with trials one at a time over this grid Tune's HyperBand fills its no-stopping bracket first and
+never pauses or stops a trial, so a straight and a resumed sweep agree whatever was saved; its state comes back
+through the lever in tests/test_schedstate.py. Slow tier.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, wait_for
+from conftest import SweepsEnv, mlflow_client, trial_dirs, wait_for
 from decisions import LRS, epochs_by_lr, overlapping, project, straight_epochs
 
 pytestmark = pytest.mark.slow
@@ -94,7 +97,12 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
     experiment state: nothing lost). SIGKILL of the resumed driver after 4 trials (its last saved state up to a
     checkpoint old), resumed again. Every lr gets the straight run's epochs, one trial at a time; the status line
     after each resume ranks the best trial before the stop first and counts as the final summary does. Then
-    `extend --more-trials 2` adds exactly 2 trials, judged against the rungs of the 6 before them."""
+    `extend --more-trials 2` adds exactly 2 trials, judged against the rungs of the 6 before them.
+
+    Then the same sweep down its unhappy paths (:func:`_stopped_extension_and_the_ways_out`): a third run (an
+    extension) is refused to sync, resume and extend while it is live, stopped by SIGTERM then Ctrl-C, its
+    ``tuner.pkl`` cut short with no good copy (resume says so in one line, extend is the way out), and an
+    extension stopped before Tune started leaves the sweep as it was."""
     p = Project(tmp_path)
     try:
         out = _stop_after(p, p.start("run", *ASHA), 2, signal.SIGTERM)
@@ -138,8 +146,88 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
             ("the extension's status line counts every trial of the sweep", _final_counts_line(said), c)
         ext_status = json.loads((Path(rec["experiment_dirs"][-1]) / "sweeps-live" / "status.json").read_text())
         assert ext_status["best"]["trial_id"] == best_before["trial_id"], ext_status["best"]
+        _stopped_extension_and_the_ways_out(p, rec)
     finally:
         p.env.cleanup()
+
+
+def _runs(rec: dict, status: str | None = None) -> list:
+    """The sweep's MLflow runs (its parent and every trial's), with ``status`` only that status."""
+    where = f"tags.`sweeps.sweep_id` = '{rec['sweep_id']}'" + (f" and attributes.status = '{status}'" if status else "")
+    return mlflow_client(rec["tracking_uri"]).search_runs([rec["mlflow_experiment_id"]], where, max_results=500)
+
+
+EXTEND_INTERRUPTED = textwrap.dedent("""
+    import sys
+    from sweeps.execution.tuning import tuner
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    tuner.build_tuner = interrupted  # Ctrl-C while the extension starts, before Tune saved any state
+    from sweeps.cli.main import main
+    sys.exit(main(["extend", sys.argv[1], "--more-trials", "1"]))
+""")
+
+
+def _stopped_extension_and_the_ways_out(p: Project, rec: dict) -> None:
+    """A finished sweep's third run, an extension whose trial sleeps in its first epoch: while it holds its lease,
+    sync, resume and extend (at once) are refused; SIGTERM, then Ctrl-C a second later (an impatient user), stop
+    it like Ctrl-C, within 25 s (a 30 s grace period would kill it), with nothing half-written and no MLflow run
+    left RUNNING. Then its ``tuner.pkl`` is cut short (a full disk) with no good copy: resume says so in one line
+    naming the way out, ``extend``, which continues the search in a new experiment. Last, an extension stopped
+    (Ctrl-C) before Tune saved any state leaves the sweep as it was: finished, its parent run FINISHED."""
+    sweep_id, dirs = rec["sweep_id"], len(rec["experiment_dirs"])
+    proc = p.start("extend", sweep_id, "trainable.params.epoch_sleep_s=10", "--more-trials", "1")
+
+    def claimed() -> Path | None:  # the extension's own experiment, once its driver holds the sweep
+        dirs_now = (p.record() or {}).get("experiment_dirs", [])
+        return Path(dirs_now[-1]) if len(dirs_now) > dirs else None
+
+    tail = wait_for(lambda: claimed() or proc.poll() is not None, 300, 0.2, "the extension to hold the sweep")
+    assert proc.poll() is None, "the extension ended before it could be checked"
+    commands = (["sync", sweep_id], ["resume", sweep_id], ["extend", sweep_id, "--more-trials", "1"])
+    refusals = [p.start(*cmd) for cmd in commands]  # at once: all three while the driver holds its lease
+    for cmd, r in zip(commands, refusals, strict=True):
+        said = r.communicate(timeout=120)[0]
+        assert r.returncode == 2 and "still running" in said, (cmd, said[-1000:])
+    wait_for(lambda: trial_dirs(tail) or proc.poll() is not None, 300, 0.2, "the extension's trial to start")
+    assert proc.poll() is None, "the extension ended before it could be stopped: make its epoch longer"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)  # then Ctrl-C (an impatient user): must not half-write anything
+    out, _ = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    p.env.kill_ray()
+    assert proc.returncode == 130, out[-3000:]
+    assert took <= 25, f"shutdown after SIGTERM took {took:.1f} s (a 30 s grace period would kill it)"
+    rec = p.record()
+    assert rec["status"] == "interrupted" and rec["lease_expires"] is None, rec
+    assert not _runs(rec, "RUNNING"), "SIGTERM left MLflow runs RUNNING"
+    assert {r.info.status for r in _runs(rec)} <= {"KILLED", "FINISHED"}
+
+    # tuner.pkl cut short (a full disk) and no good copy of it: resume cannot continue this experiment; it says so
+    # in one line naming the sweep and the way out, `extend`, which continues the search in a new one
+    (tail / "tuner.pkl").write_bytes((tail / "tuner.pkl").read_bytes()[:40])
+    (tail / "sweeps-good" / "tuner.pkl").unlink()
+    resumed = p.run("resume", "latest")
+    lines = [x for x in resumed.stderr.splitlines() if x.strip()]
+    assert resumed.returncode == 2 and len(lines) == 1, _said(resumed)[-3000:]
+    assert "tuner.pkl is damaged and no good copy was kept" in lines[0] and \
+        f"`python -m sweeps extend {sweep_id} --more-trials N`" in lines[0], lines
+    extended = p.run("extend", "latest", "--more-trials", "1")
+    assert extended.returncode == 0, _said(extended)[-4000:]
+    rec = p.record()
+    assert rec["status"] == "finished" and len(rec["experiment_dirs"]) == dirs + 2, rec
+    assert len(_lrs_in_order(rec["experiment_dirs"][-1])) == 1, "the way out ran its one trial"
+    assert (tail / "damaged-tuner.pkl").exists() and not _runs(rec, "RUNNING")
+
+    stopped = subprocess.run([sys.executable, "-c", EXTEND_INTERRUPTED, sweep_id], cwd=p.root, env=p.env.env,
+                             capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 130, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    after = p.record()
+    assert after["status"] == "finished" and after["experiment_dirs"] == rec["experiment_dirs"], \
+        "an extension stopped before Tune started leaves the sweep as it was"
+    assert mlflow_client(rec["tracking_uri"]).get_run(rec["parent_run_id"]).info.status == "FINISHED"
 
 
 def _trials_in_order(experiment_dir: str) -> list[list[dict]]:

@@ -149,19 +149,33 @@ def _random_suggestions(searcher: str, overrides: list[str], n: int) -> list[dic
     return [algo.suggest(f"t{i}") for i in range(n)]
 
 
+def _worker_processes(stage_log: Path) -> list[tuple[str, int, float]]:
+    """(trial, pid, process start) of each Train worker's loop start: the stamps every worker writes when
+    ``$SWEEPS_STAGE_LOG`` is set (sweeps/execution/train/stages.py)."""
+    rows = [json.loads(x) for x in stage_log.read_text().splitlines() if x.strip()]
+    return [(r["trial"], r["pid"], r["proc_start"]) for r in rows if r["stage"] == "loop_start"]
+
+
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
 def test_model_based_searchers_use_their_model_after_the_start_up_trials(searcher: str, tmp_path: Path) -> None:
+    """Also: a trial sees no module state of an earlier one. Its trials run one at a time, so each one's Train
+    worker must be a fresh process: Train's controller and workers (where the loop runs) never outlive their Train
+    run (a trial actor, where a ``datasets`` builder runs, may be reused when ``reuse_actors`` is on: docs/ray.md)."""
     env = SweepsEnv(tmp_path)
     try:
         overrides = [f"+experiment=digits_{searcher}", "sweep.num_samples=4", "sweep.max_concurrent_trials=1",
                      "trainable.num_workers=1", "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
                      f"{STARTUP[searcher]}=2", *FAST]
-        env.run("run", *overrides, check=True)
+        stage_log = tmp_path / "stages.jsonl"
+        env.run("run", *overrides, check=True, extra_env={"SWEEPS_STAGE_LOG": str(stage_log)})
         rec = _record(env)
         # in the order the searcher suggested them: Tune's trial counter in the folder name (searchers' trial ids
         # are random hex, so sorting by id shuffles them)
         trials = sorted(_trials(env, rec), key=lambda t: int(Path(t.path).name.split("_")[3]))
         assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
+        workers = _worker_processes(stage_log)
+        assert sorted(w[0] for w in workers) == sorted(t.trial_id for t in trials), workers
+        assert len({w[1:] for w in workers}) == 4, ("a Train worker process was reused across trials", workers)
         state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
         assert state, f"{searcher} state is saved for resume/extend"
         names = sorted(trials[0].params)
