@@ -1,6 +1,7 @@
 """The unhappy paths that need no running sweep: refusals before Ray starts, leases, exit codes, bootstrap.
 
-Each test names a promise; the real-sweep halves are in tests/test_unhappy_slow.py.
+Each test names a promise; the real-sweep halves are in tests/test_unhappy_slow.py (SIGTERM's, and the refusals
+while a driver is live, in tests/test_resume_decisions_slow.py).
 """
 
 from __future__ import annotations
