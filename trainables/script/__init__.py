@@ -27,11 +27,3 @@ def validation_data(config: dict[str, Any] | None = None) -> Any:
 
     return rows(config)
 
-
-def report(metrics: dict[str, Any]) -> None:
-    """``sweeps.report({...})``: figures for the trial's next report; nothing outside a sweep."""
-    from trainables.script.session import current
-
-    rep = current()
-    if rep is not None:
-        rep.log(metrics)

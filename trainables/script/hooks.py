@@ -87,11 +87,10 @@ def mlflow_calls(stack: contextlib.ExitStack, rep: Reporter, scratch: str) -> No
     import mlflow
 
     before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    for key, value in (("MLFLOW_TRACKING_URI", "file:" + scratch), ("MLFLOW_ALLOW_FILE_STORE", "true")):
-        old = os.environ.get(key)
-        os.environ[key] = value
-        stack.callback(_restore_env, key, old)
-    mlflow.set_tracking_uri("file:" + scratch)
+    old = os.environ.get("MLFLOW_ALLOW_FILE_STORE")
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    stack.callback(_restore_env, "MLFLOW_ALLOW_FILE_STORE", old)
+    mlflow.set_tracking_uri("file:" + scratch)  # also sets MLFLOW_TRACKING_URI, for the script's subprocesses
     stack.callback(_restore_tracking, mlflow, before)
     for name in ("log_metric", "log_metrics"):
         for owner in (mlflow, mlflow.tracking.fluent):
