@@ -242,16 +242,3 @@ def test_a_reused_trial_actors_placement_wait_is_counted_once(local_ray) -> None
     ray.util.remove_placement_group(pg)
     assert first is not None and first >= 0 and again == 0.0
     assert trial_side.pg_wait_s() is None, "outside a group"
-
-
-def test_the_peak_memory_mark_starts_afresh_for_each_sweep() -> None:
-    from sweeps.execution.cluster import memory as raystart
-
-    if not raystart.reset_peak_rss():
-        pytest.skip("no /proc/self/clear_refs here")
-    ballast = bytearray(200 * 1024 * 1024)
-    ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # touch every page
-    high = raystart.peak_rss_mb() or 0.0
-    del ballast
-    assert raystart.reset_peak_rss()
-    assert (raystart.peak_rss_mb() or 0.0) < high - 150, "the mark forgot the earlier sweep's peak"

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from sweeps import lease, store
+from sweeps.execution.cluster import memory
 from sweeps.tracking.client import RUN_TAG_LEASE
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ def claim(sweep_id: str, **changes: Any) -> store.SweepRecord:
 
 
 class Heartbeat:
-    """Renews this driver's lease every ``lease.LEASE_S / 4`` seconds until stopped (a context manager)."""
+    """Renews this driver's lease every ``lease.LEASE_S / 4`` seconds until stopped (a context manager), and samples
+    its memory for the sweep's peak (:func:`sweeps.execution.cluster.memory.sample`)."""
 
     def __init__(self, sweep_id: str, client: Any = None, parent_run_id: str = "") -> None:
         self.sweep_id, self.client, self.parent_run_id = sweep_id, client, parent_run_id
@@ -56,6 +58,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(lease.LEASE_S / 4):
+            memory.sample()  # where the OS keeps no per-sweep peak (not Linux), the sweep's own is sampled
             try:
                 self.beat()
             except Exception as exc:  # a missed beat is retried; the lease outlives three of them

@@ -16,7 +16,7 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
-from sweeps.execution.cluster import loopback
+from sweeps.execution.cluster import loopback, memory
 from sweeps.execution.resources.plan import per_trial
 from sweeps.execution.tuning import livestatus, recovery, session
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
@@ -240,18 +240,6 @@ def _rank_models(c: Any, rec: store.SweepRecord, summ: summary.Summary) -> None:
         log.debug("could not rank the sweep's models (%s)", exc)
 
 
-def peak_rss_mb() -> float | None:
-    """This process's peak resident memory in MiB (``getrusage``: KiB on Linux, bytes on macOS), or None."""
-    import resource
-    import sys
-
-    try:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    except (OSError, ValueError):
-        return None
-    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
-
-
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
                   mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
                   pareto: list[dict[str, Any]], running_s: float | None = None) -> store.SweepRecord:
@@ -261,7 +249,7 @@ def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ
         best = {"trial_id": summ.best.trial_id, "value": summ.best.best, "params": summ.best.params}
     rec = store.update(rec.sweep_id, status=status, wall_s=wall, best=best, counts=summ.counts,
                        stop_reason=stop_reason, lease_expires=None, hours=hours, pareto=pareto,
-                       driver_peak_rss_mb=peak_rss_mb(), running_s=running_s, live_state="")
+                       driver_peak_rss_mb=memory.peak_rss_mb(), running_s=running_s, live_state="")
     livestatus.final(rec.experiment_dirs[-1], "stalled" if stop_reason == "stalled" else status,
                      dict(summ.counts), best)
     try:
