@@ -20,14 +20,16 @@ from sweeps.execution.levers import (
     loopback_node,
     optuna_constraints,
     optuna_ga_lock,
+    raylet_config,
     rendezvous,
+    scheduler_state,
     state_api_address,
     tune_actors,
     tune_log_restore,
 )
 
-MINE = (auth_refresh, cluster_version, gcs_tables, loopback_node, optuna_constraints, optuna_ga_lock, rendezvous,
-        state_api_address, tune_actors, tune_log_restore)
+MINE = (auth_refresh, cluster_version, gcs_tables, loopback_node, optuna_constraints, optuna_ga_lock, raylet_config,
+        rendezvous, scheduler_state, state_api_address, tune_actors, tune_log_restore)
 
 
 @pytest.mark.parametrize("module", MINE, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -251,3 +253,38 @@ def test_tune_actors_refuses_a_cache_whose_get_or_table_changed() -> None:
     assert tune_actors.check(module(Cache)) is None
     assert "cannot be called" in (tune_actors.check(module(NoArg)) or "")
     assert "_cache dict" in (tune_actors.check(module(NoTable)) or "")
+
+
+def test_raylet_config_refuses_a_key_or_a_value_the_installed_rays_config_does_not_take() -> None:
+    wanted = raylet_config.settings(preload=True, prestart_first_driver=False)
+    assert sorted(wanted) == ["preload_python_modules", "prestart_worker_first_driver"], "the probe tries every key"
+    said = raylet_config.check({**wanted, "preload_python_modules_typo": ["torch"]}) or ""
+    assert "unexpected config parameter preload_python_modules_typo" in said, said
+    said = raylet_config.check({"preload_python_modules": "torch"}) or ""
+    assert "type must be array" in said, said
+    assert "could not be asked" in (raylet_config.refused(wanted, python="/nonexistent/python") or "")
+
+
+def test_a_refused_raylet_config_is_ray_defaults_and_one_log_line_never_a_dead_sweep(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from sweeps.execution.cluster import raystart
+    from sweeps.execution.warmstart import warm
+
+    if not core.installed("ray").startswith(raylet_config.LEVER.checked):
+        pytest.skip("the lever is off on this Ray anyway")
+    monkeypatch.delenv(core.OFF, raising=False)
+    monkeypatch.setenv("SWEEPS_PRESTART", "0")  # the one setting that needs no pool: prestart_worker_first_driver
+    cold = warm.Levers(lean=False, pool=False, reuse=False, why_off={})
+    core.forget()
+    assert raystart.worker_pool_settings(cold) == {"_system_config": {"prestart_worker_first_driver": False}}
+    real = raylet_config.refused
+    monkeypatch.setattr(raylet_config, "refused", lambda config: real({**config, "gone_in_this_ray": 1}))
+    core.forget()
+    with caplog.at_level(logging.INFO, logger=core.__name__):
+        assert raystart.worker_pool_settings(cold) == {}, "Ray's defaults: ray.init gets no _system_config"
+        assert raystart.worker_pool_settings(cold) == {}
+    said = [r.getMessage() for r in caplog.records if "raylet_config" in r.getMessage()]
+    assert len(said) == 1 and "unexpected config parameter gone_in_this_ray" in said[0], said
+    core.forget()
