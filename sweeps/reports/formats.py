@@ -61,13 +61,6 @@ def trial_dicts(summ: Summary) -> list[dict[str, Any]]:
     return [trial_dict(summ, summ.rows[i], params, ranks.get(summ.rows[i].trial_id)) for i in order]
 
 
-def trials_frame(summ: Summary) -> Any:
-    """The trial table as a pandas DataFrame (same rows and columns as trials.csv)."""
-    import pandas as pd
-
-    return pd.DataFrame(trial_dicts(summ))
-
-
 def csv_text(summ: Summary, extra: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """trials.csv's content (the csv module: no pandas needed); NaN/inf are written as ``NaN``/``inf``.
 

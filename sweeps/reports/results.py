@@ -72,10 +72,6 @@ def _rows(trial_dir: str) -> list[dict[str, Any]]:
     return stored_rows(trial_dir)
 
 
-def read_history(trial_dir: str) -> list[dict[str, float]]:
-    return [_numeric(row) for row in _rows(trial_dir)]
-
-
 def _checkpoint_fields(trial_dir: str, rows: list[dict[str, Any]], metric: str, mode: str) -> dict[str, Any]:
     """The trial's best checkpoint still in storage (:func:`sweeps.trials.best_of`, the ranking the tracker
     uses too), with the sweep metric and iteration of the report that made it."""
@@ -113,12 +109,6 @@ def epochs_of(config: dict[str, Any]) -> int | None:
     """The per-trial epoch budget of a sweep's stored config (``trainable.params.epochs``), for a caller that
     holds only the record's JSON."""
     return stored.read(config).epochs
-
-
-def load_for(rec: Any) -> list[TrialRecord]:
-    """All trials of a stored sweep (a :class:`sweeps.store.SweepRecord`)."""
-    return load_records(rec.experiment_dirs, rec.metric, rec.mode, stored.of(rec).epochs,
-                        settled=rec.status == "finished")
 
 
 def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int | None = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sweeps.config.reader import Reader, mlflow_name_errors
@@ -96,7 +96,3 @@ def constrained_sampler(searcher: Mapping[str, Any]) -> bool:
     """Whether the searcher's Optuna sampler takes a ``constraints_func``."""
     sampler = str((searcher.get("sampler") or {}).get("_target_", ""))
     return str(searcher.get("_target_", "")).endswith("OptunaSearch") and sampler.endswith(CONSTRAINED_SAMPLERS)
-
-
-def metric_names(objs: Sequence[Objective]) -> list[str]:
-    return [o.metric for o in objs]

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
@@ -206,8 +205,3 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
         max_epochs=spec.trainable.epochs, resources=res,
         num_cpus_to_start=res.total["CPU"] if local else None, data_cpus=1.0 if spec.trainable.datasets else 0.0,
     )
-
-
-def plan_summary(plan: Plan) -> dict[str, Any]:
-    return {"concurrent_trials": plan.concurrent_trials, "total_trials": plan.total_trials,
-            "per_trial": plan.per_trial, "cluster": plan.resources.total}
