@@ -77,28 +77,35 @@ def test_a_request_is_answered_once_even_when_seen_again_or_by_a_later_run(tmp_p
 
 def test_a_graceful_stop_waits_for_a_checkpoint_not_for_any_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                   ) -> None:
+    """The live record as Tune holds it (its callback class, called through Tune's own CallbackList with the
+    controller's keyword arguments): a report without a checkpoint leaves the stop waiting; a checkpoint or a
+    trial's end releases it."""
+    from ray.tune.callback import CallbackList
+
     stops: list[bool] = []
-    monkeypatch.setattr(control, "stop_now", lambda: stops.append(True))
-    rec = _record(tmp_path, "s-3")
+    for entry in ("stop_now", "request_stop"):  # the stop's way out of the live record, kept from this process
+        monkeypatch.setattr(control, entry, lambda *_, **__: stops.append(True), raising=False)
+    session.start("s-3")
+    progress = Progress("score", "max", 6, 6, str(tmp_path / "log.jsonl"))
+    rec = livestatus.callback("s-3", "s-3", str(tmp_path / "s-3"), {"CPU": 2.0}, progress, 6)
+    tune = CallbackList([rec])
     c = control.control_of(rec.name)
     running = [_trial("t1"), _trial("t2")]
     request_id = live.submit(rec.experiment_dir, "stop", c.run)
-    rec.poll(running)
+    tune.on_step_begin(iteration=1, trials=running)
     assert live.read_answer(rec.experiment_dir, request_id)["state"] == "accepted"
-    rec.on_step_begin(1, running)
-    assert not stops, "no trial saved a checkpoint yet"
-    report = getattr(rec, "on_trial_result", None)  # Tune's call for every report
-    for trial in running:
-        if report is not None:
-            report(2, running, trial, {"training_iteration": 2})  # checkpoint_every > 1: no checkpoint with it
-    rec.on_step_begin(2, running)
-    assert not stops, "a report without a checkpoint does not count"
-    rec.on_checkpoint(2, running, running[0], checkpoint=None)
-    rec.on_step_begin(3, running)
-    assert not stops, "t2 still runs without a new checkpoint"
+    assert not stops and c.stopping["waiting"] == ["t1", "t2"], "no trial saved a checkpoint yet"
+    for trial in running:  # checkpoint_every > 1: reports without a checkpoint
+        tune.on_trial_result(iteration=2, trials=running, trial=trial, result={"training_iteration": 2,
+                                                                                "score": 0.5})
+    tune.on_step_begin(iteration=2, trials=running)
+    assert not stops and c.stopping["waiting"] == ["t1", "t2"], "a report without a checkpoint does not count"
+    tune.on_checkpoint(iteration=2, trials=running, trial=running[0], checkpoint=None)
+    tune.on_step_begin(iteration=3, trials=running)
+    assert not stops and c.stopping["waiting"] == ["t2"], "t2 still runs without a new checkpoint"
     running[1].status = "TERMINATED"
-    rec.on_trial_complete(4, running, running[1])
-    rec.on_step_begin(5, running)
+    tune.on_trial_complete(iteration=4, trials=running, trial=running[1])
+    tune.on_step_begin(iteration=5, trials=running)
     assert stops == [True]
     answer = live.read_answer(rec.experiment_dir, request_id)
     assert answer["state"] == "applied" and answer["accepted_at"] <= answer["applied_at"], answer
