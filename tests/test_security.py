@@ -221,16 +221,50 @@ def test_interpolation_bomb_is_sized_before_resolving() -> None:
 
 
 def test_ui_exposure_needs_auth_or_insecure() -> None:
-    from sweeps.tracking.ui import check_exposure, ui_command
+    from sweeps.tracking.ui import check_exposure
 
     assert check_exposure("127.0.0.1", False, False) is None
     with pytest.raises(BadInput, match="--host: '0.0.0.0' is not a loopback address.*--auth.*--insecure"):
         check_exposure("0.0.0.0", False, False)
     assert "user and password" in (check_exposure("0.0.0.0", True, False) or "")
     assert "no authentication" in (check_exposure("0.0.0.0", False, True) or "")
-    cmd = ui_command("sqlite:////tmp/x/mlflow.db", "0.0.0.0", 5000, auth=True)
-    assert cmd[cmd.index("--app-name") + 1] == "basic-auth" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
-    assert "--app-name" not in ui_command("sqlite:////tmp/x/mlflow.db", "127.0.0.1", 5000, auth=False)
+
+
+def _ui_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> list[str]:
+    """The ``mlflow server`` argv that ``python -m sweeps ui FLAGS`` starts (the CLI's own parser and handler,
+    down to the process start, which is caught: nothing listens)."""
+    import subprocess
+
+    from sweeps.cli.main import build_parser
+    from sweeps.cli.mlflow import cli_ui
+    from sweeps.tracking.server import free_port
+
+    class Started(Exception):
+        pass
+
+    ran: list[list[str]] = []
+
+    def popen(cmd: list[str], **_: object) -> None:
+        ran.append(cmd)
+        raise Started
+
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", "s3cret-for-the-first-start")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    args = build_parser().parse_args(["ui", "--port", str(free_port("127.0.0.1")), "--tracking-uri",
+                                      f"sqlite:///{tmp_path / 'mlflow.db'}", *flags])
+    with pytest.raises(Started):
+        cli_ui(args)
+    (cmd,) = ran
+    return cmd
+
+
+def test_the_ui_listens_on_loopback_unless_told_and_a_wider_host_gets_the_auth_app(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cmd = _ui_runs(tmp_path, monkeypatch)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--app-name" not in cmd, cmd
+    cmd = _ui_runs(tmp_path, monkeypatch, "--host", "0.0.0.0", "--auth")
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0" and cmd[cmd.index("--app-name") + 1] == "basic-auth", cmd
 
 
 def test_basic_auth_app_exists_in_this_mlflow() -> None:

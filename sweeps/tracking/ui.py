@@ -15,7 +15,7 @@ from pathlib import Path
 from sweeps import paths
 from sweeps.errors import BadInput
 from sweeps.tracking.client import artifact_root
-from sweeps.tracking.server import Server, ServerFailed, free_port, is_loopback, port_free, server_command, start
+from sweeps.tracking.server import Server, ServerFailed, free_port, is_loopback, port_free, start
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,6 @@ def auth_env(home: Path) -> dict[str, str]:
     ini.write_text(f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{db}\nadmin_username = admin\n"
                    f"authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     return {**env, "MLFLOW_AUTH_CONFIG_PATH": str(ini)}
-
-
-def ui_command(uri: str, host: str, port: int, auth: bool) -> list[str]:
-    """The ``mlflow server`` argv ``sweeps ui`` runs (pure, for a look before starting)."""
-    opts = artifact_options(uri)
-    return server_command(uri, host, port, artifacts_destination=opts["artifacts_destination"],
-                          default_artifact_root=opts.get("default_artifact_root"),
-                          app_name=AUTH_APP if auth else None)
 
 
 def serve(uri: str, host: str, port: int, log_path: Path, auth: bool = False) -> Server:
