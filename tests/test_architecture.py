@@ -453,3 +453,64 @@ def test_every_lever_has_a_version_check_a_probe_and_a_fallback() -> None:
     mentioned = (REPO / "docs" / "ray.md").read_text()
     missing = [lv.name for lv in levers if f"`{lv.name}`" not in mentioned]
     assert not missing, f"docs/ray.md's Levers table lacks {missing}"
+
+
+def lever_objects() -> dict[str, tuple[str, str]]:
+    """Each lever's name -> (its module's name in ``levers/``, the variable that holds it)."""
+    import importlib
+
+    from sweeps.execution.levers import core
+
+    out = {}
+    for path in sorted(LEVERS.glob("*.py")):
+        if path.stem == "core" or path.stem.startswith("_"):
+            continue
+        module = importlib.import_module(f"sweeps.execution.levers.{path.stem}")
+        out.update({v.name: (path.stem, k) for k, v in vars(module).items() if isinstance(v, core.Lever)})
+    return out
+
+
+def consulted(objects: dict[str, tuple[str, str]]) -> set[str]:
+    """The levers whose object the product reads outside its own definition (``gcs_tables.LEVER`` handed to
+    ``core.applies``, or its own module's ``LEVER``): where it is off, that code takes the fallback."""
+    where = {(module, var): name for name, (module, var) in objects.items()}
+    found: set[str] = set()
+    for path in modules():
+        if path.parent == LEVERS and path.stem == "core":
+            continue  # core lists every lever (doctor's table); that decides nothing
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                found.add(where.get((node.value.id, node.attr), ""))
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and path.parent == LEVERS:
+                found.add(where.get((path.stem, node.id), ""))
+    return found - {""}
+
+
+def switched_off_in_tests() -> tuple[set[str], bool]:
+    """The lever names some test turns off by name (``SWEEPS_LEVERS_OFF``), and whether some test pretends
+    another Ray (``SWEEPS_TEST_RAY_VERSION``: every Ray lever off, their fallbacks run)."""
+    named: set[str] = set()
+    pretends = False
+    for path in sorted((REPO / "tests").glob("*.py")):
+        text = path.read_text()
+        if re.search(r"SWEEPS_LEVERS_OFF|\bcore\.OFF\b", text):
+            named |= {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant)
+                      and isinstance(n.value, str)}
+        pretends = pretends or bool(re.search(r"SWEEPS_TEST_RAY_VERSION|\bcore\.TEST_RAY_VERSION\b", text))
+    return named, pretends
+
+
+def test_every_levers_fallback_is_code_the_product_takes_and_a_test_runs() -> None:
+    """A lever's ``fallback`` is a behaviour, not a label: the product asks about the lever (the code that asks
+    takes the fallback where it is off), and some test turns it off, by name or, for a Ray lever, by pretending
+    another Ray."""
+    from sweeps.execution.levers import core
+
+    objects = lever_objects()
+    assert set(objects) == {lv.name for lv in core.all_levers()}
+    unasked = sorted(set(objects) - consulted(objects))
+    assert not unasked, f"levers the product never asks about (their private surface used unconditionally, or " \
+                        f"not at all): {unasked}; gate the use on core.applies(<module>.LEVER)"
+    named, pretends = switched_off_in_tests()
+    untested = [lv.name for lv in core.all_levers() if lv.name not in named and not (pretends and lv.package == "ray")]
+    assert not untested, f"no test runs these levers' fallbacks: {untested}; add one with SWEEPS_LEVERS_OFF=<name>"
