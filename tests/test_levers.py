@@ -288,3 +288,49 @@ def test_a_refused_raylet_config_is_ray_defaults_and_one_log_line_never_a_dead_s
     said = [r.getMessage() for r in caplog.records if "raylet_config" in r.getMessage()]
     assert len(said) == 1 and "unexpected config parameter gone_in_this_ray" in said[0], said
     core.forget()
+
+
+def test_scheduler_state_round_trips_every_kind_it_saves_with_restored_trials_in_place() -> None:
+    import ray.tune.schedulers.pb2  # noqa: F401 - a sweep that uses PB2 has imported it: then it is probed too
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import HyperBandScheduler
+
+    if not core.installed("ray").startswith(scheduler_state.LEVER.checked):
+        pytest.skip("the lever is off on this Ray anyway")
+    assert [m().__class__.__name__ for m in scheduler_state._kinds()] == list(scheduler_state.KINDS)
+    assert scheduler_state._probe() is None
+    before = HyperBandScheduler(time_attr="training_iteration", max_t=9, metric="score", mode="max")
+    before.on_trial_add(None, Trial("t", trial_id="a", stub=True))
+    after = HyperBandScheduler(time_attr="training_iteration", max_t=9)
+    scheduler_state.load(after, scheduler_state.dump(before), {"a": Trial("t", trial_id="a", stub=True)})
+    over = [c.cell_contents for c in after._get_r0.__closure__ if isinstance(c.cell_contents, HyperBandScheduler)]
+    assert over and all(s is after for s in over), "its brackets are sized by itself, not by a copy"
+
+
+def test_scheduler_state_refuses_a_scheduler_that_does_not_pickle_or_does_not_come_back_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.tune.schedulers import MedianStoppingRule, PopulationBasedTraining
+
+    class Locked(PopulationBasedTraining):  # a patch release adds an attribute that does not pickle
+        def __init__(self) -> None:
+            super().__init__(time_attr="training_iteration", perturbation_interval=100,
+                             hyperparam_mutations={"x": [1, 2]})
+            self._lock = threading.Lock()
+
+    class Forgetful:
+        def __init__(self) -> None:
+            self.seen = [1, 2]
+
+        def __getstate__(self) -> dict[str, Any]:  # pickles without its contents
+            return {}
+
+    class Forgets(MedianStoppingRule):
+        def __init__(self) -> None:
+            super().__init__(time_attr="training_iteration", grace_period=100)
+            self._memo = Forgetful()
+
+    assert "does not pickle (TypeError" in (scheduler_state.round_trip(Locked) or "")
+    said = scheduler_state.round_trip(Forgets) or ""
+    assert "does not come back whole" in said and "_memo" in said, said
+    monkeypatch.setattr(scheduler_state, "_kinds", lambda: [Forgets])
+    assert "Forgets's state does not come back whole" in (scheduler_state._probe() or "")

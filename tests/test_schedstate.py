@@ -101,6 +101,30 @@ def test_a_state_that_cannot_be_put_back_is_said_in_one_line_never_raised() -> N
     assert "\n" not in said and "its rungs empty" in said and "could not be put back" in said
 
 
+@pytest.mark.parametrize("kind", ["asha", "hyperband"])
+def test_a_scheduler_state_that_does_not_pickle_is_one_warning_and_the_sweep_goes_on(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import threading
+
+    from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
+
+    make = {"asha": lambda: ASHAScheduler(time_attr="training_iteration", max_t=6),  # its own save
+            "hyperband": lambda: HyperBandScheduler(time_attr="training_iteration", max_t=6)}[kind]  # the lever's
+    inner = make()
+    inner._lock = threading.Lock()  # a patch release's new attribute that does not pickle
+    state = schedstate.snapshot(inner)
+    assert state["how"] == "none" and "could not be saved (TypeError" in state[schedstate.LOST], state
+    saver = schedstate.callback("s-unpicklable", str(tmp_path))
+    saver._inner = lambda: inner  # the sweep's scheduler, as its session holds it
+    with caplog.at_level(logging.WARNING, logger=schedstate.__name__):
+        assert saver.get_state()["how"] == "none" and saver.get_state()["how"] == "none"  # Tune's checkpoints
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "empty (its state could not be saved" in said[0] and "the sweep goes on" in said[0]
+    why = schedstate.apply(make(), pickle.loads(pickle.dumps(state)), {})
+    assert why and "could not be saved" in why and "lock" in why, "the resume names what was lost and why"
+
+
 def test_extend_reads_the_newest_saved_scheduler_state_of_any_experiment_or_the_kept_one(tmp_path: Path) -> None:
     import ray.cloudpickle as cloudpickle
 

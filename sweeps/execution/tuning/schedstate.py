@@ -29,6 +29,7 @@ from sweeps.execution.tuning import session
 
 log = logging.getLogger(__name__)
 MARK = "sweeps_scheduler_state"
+LOST = "lost"  # a snapshot's key: why the scheduler's state could not be saved (a resume starts it empty)
 STATELESS = ("FIFOScheduler",)
 
 
@@ -39,20 +40,28 @@ def _own_save(inner: Any) -> bool:
 
 
 def snapshot(inner: Any) -> dict[str, Any]:
-    """The scheduler's state as this callback saves it (always a non-empty dict: Tune saves only those)."""
+    """The scheduler's state as this callback saves it (always a non-empty dict: Tune saves only those). Never
+    raises: a state that cannot be saved is a snapshot without it, naming why (:data:`LOST`)."""
     from sweeps.execution.levers import core, scheduler_state
 
     kind = type(inner).__name__
     out: dict[str, Any] = {MARK: True, "kind": kind, "saved_at": time.time()}
-    if _own_save(inner):
-        with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
-            path = os.path.join(d, "scheduler.pkl")
-            inner.save(path)
-            with open(path, "rb") as f:
-                return {**out, "how": "own", "data": f.read()}
-    if scheduler_state.handles(inner) and core.applies(scheduler_state.LEVER):
-        return {**out, "how": "lever", "data": scheduler_state.dump(inner)}
+    try:
+        if _own_save(inner):
+            return {**out, "how": "own", "data": _own_dump(inner)}
+        if scheduler_state.handles(inner) and core.applies(scheduler_state.LEVER):
+            return {**out, "how": "lever", "data": scheduler_state.dump(inner)}
+    except Exception as exc:  # an attribute that does not pickle (a patch release): the sweep goes on without it
+        return {**out, "how": "none", LOST: f"its state could not be saved ({type(exc).__name__}: {exc})"}
     return {**out, "how": "stateless" if kind in STATELESS else "none"}
+
+
+def _own_dump(inner: Any) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="sweeps-sched-") as d:
+        path = os.path.join(d, "scheduler.pkl")
+        inner.save(path)
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def apply(inner: Any, state: Mapping[str, Any], trials: Mapping[str, Any]) -> str | None:
@@ -79,6 +88,8 @@ def apply(inner: Any, state: Mapping[str, Any], trials: Mapping[str, Any]) -> st
         except Exception as exc:  # a damaged or foreign state
             return f"its saved state could not be put back ({type(exc).__name__}: {exc})"
         return None
+    if state.get(LOST):
+        return str(state[LOST])
     why = core.reason(scheduler_state.LEVER) or "it has no save/restore of its own"
     return f"its state was not saved or cannot be put back ({why})"
 
@@ -113,6 +124,7 @@ def callback(name: str, experiment_dir: str) -> Any:
             self.pending: dict[str, Any] | None = None
             self.checked = False
             self.kept_at = 0.0
+            self.lost: str | None = None  # why the last snapshot holds no state (said once, when it changes)
 
         def _inner(self) -> Any:
             wrapper = session.session(name).extras.get("scheduler")
@@ -129,7 +141,15 @@ def callback(name: str, experiment_dir: str) -> Any:
                 except Exception as exc:  # a copy is a safety net, never a reason to stop
                     log.debug("could not keep a copy of the experiment state (%s)", exc)
             inner = self._inner()
-            return snapshot(inner) if inner is not None else None
+            if inner is None:
+                return None
+            state = snapshot(inner)
+            if state.get(LOST) != self.lost:
+                self.lost = state.get(LOST)
+                if self.lost:
+                    log.warning("%s; the sweep goes on", differs(type(inner).__name__, self.lost,
+                                                                  "a resume of this sweep"))
+            return state
 
         def set_state(self, state: dict[str, Any]) -> None:
             self.pending = state
@@ -165,8 +185,12 @@ def _population(inner: Any) -> str:
 
     if not core.applies(scheduler_state.LEVER):
         return ""
-    found = scheduler_state.population(inner)
-    return f"; population {json.dumps(dict(sorted(found.items())))}" if found else ""
+    try:
+        found = scheduler_state.population(inner)
+        return f"; population {json.dumps(dict(sorted(found.items())))}" if found else ""
+    except Exception as exc:  # a log line's detail, never a reason to stop the resumed run
+        log.debug("could not describe the restored population (%s)", exc)
+        return ""
 
 
 def saved_state(experiment_dirs: list[str]) -> dict[str, Any] | None:
