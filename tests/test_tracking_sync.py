@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import _template_store
 
 from sweeps import store
@@ -98,3 +99,62 @@ def test_the_report_names_each_trials_model_where_it_ranks_them(tmp_path: Path) 
     page = formats.html(rec, summ, [], Analysis(model_ids=ids), [])
     assert "m-bbb" in page and "MLflow model" in page
     assert "MLflow model" not in formats.markdown(rec, summ, Analysis()), "no models: no empty column"
+
+
+# Each sync process: the real ``sweeps.ops.sync.sync`` over the sweep's record; its trials are the ones this file
+# lays out as Tune does (handed over pickled: the folders hold no experiment state for Tune to read). Each waits
+# for the other right after it looked for a trial's model and found none, so both then make one: the race of two
+# `sweeps sync` started together, every time.
+RACER = """
+import pathlib, pickle, sys, time
+from sweeps.ops import sync
+from sweeps.tracking import models
+
+trials, meeting = pickle.loads(pathlib.Path(sys.argv[1]).read_bytes()), pathlib.Path(sys.argv[2])
+sync.load_records = lambda *a, **k: trials
+looked, find = set(), models.find
+
+def find_then_meet(client, experiment_id, sweep_id, trial_id):
+    found = find(client, experiment_id, sweep_id, trial_id)
+    if trial_id not in looked:
+        looked.add(trial_id)
+        (meeting / f"{trial_id}.{sys.argv[3]}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(meeting.glob(f"{trial_id}.*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return found
+
+models.find = find_then_meet
+print(sync.sync(sys.argv[4]))
+"""
+
+
+def test_two_syncs_at_once_leave_one_model_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ``sync`` processes on one SQLite store, each past its look for a trial's model before either makes
+    one: each trial ends with one model, READY, with its metrics (MLflow has no unique key on models)."""
+    import pickle
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    c, rec = _setup(tmp_path)
+    trials = [_trial(tmp_path, tid, accs) for tid, accs in (("a", [0.6]), ("b", [0.9, 0.7]), ("c", [0.8]))]
+    for t in trials:  # the sweep's trial runs, as its tracker left them
+        run = c.create_run(rec.mlflow_experiment_id, run_name=f"run_trial_{t.trial_id}", tags={
+            tracking.PARENT_TAG: rec.parent_run_id, tracking.RUN_TAG_SWEEP: SWEEP, tracking.RUN_TAG_TRIAL: t.trial_id,
+            tracking.RUN_TAG_KIND: "trial"})
+        c.set_terminated(run.info.run_id, "FINISHED")
+    store.save(rec)
+    (tmp_path / "trials.pkl").write_bytes(pickle.dumps(trials))
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "trials.pkl"), str(meeting), name, SWEEP],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("one", "two")]
+    outs = [p.communicate(timeout=100)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(f.name for f in meeting.iterdir()) == [f"{t}.{n}" for t in "abc" for n in ("one", "two")], \
+        "both looked before either made a model"
+    found = models.models_of(c, rec.mlflow_experiment_id, SWEEP)
+    assert sorted(m.tags[models.TAG_TRIAL] for m in found) == ["a", "b", "c"], (
+        [(m.tags[models.TAG_TRIAL], m.model_id) for m in found], outs)
+    assert all(str(m.status) == "READY" and m.metrics for m in found), [(m.model_id, m.status) for m in found]

@@ -34,7 +34,7 @@ _unsupported: dict[str, str] = {}  # store URI -> why it holds no LoggedModels (
 
 class Upserted(NamedTuple):
     """What :func:`upsert` did: the model's id and ``made``, ``replaced`` (a new checkpoint), ``updated`` or
-    ``unchanged``."""
+    ``unchanged`` (also when a concurrent writer made the model first: its id)."""
 
     model_id: str
     action: str
@@ -77,11 +77,11 @@ def _refuse(uri: str, why: str) -> bool:
 
 
 def find(client: Any, experiment_id: str, sweep_id: str, trial_id: str) -> Any:
-    """The trial's model, or None."""
+    """The trial's model, or None; of two (writers that raced before :func:`_yield` settled it) the first made."""
     found = client.search_logged_models(
         [experiment_id], filter_string=f"tags.`{TAG_SWEEP}` = '{sweep_id}' AND tags.`{TAG_TRIAL}` = '{trial_id}'",
-        max_results=2)
-    return found[0] if found else None
+        max_results=PAGE)
+    return min(found, key=lambda m: (m.creation_timestamp or 0, str(m.model_id)), default=None)
 
 
 def of_sweep(client: Any, experiment_id: str, sweep_id: str, kind: str = "trial") -> dict[str, str]:
@@ -132,6 +132,8 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
         model = client.create_logged_model(experiment_id, name=f"{sweep_id}-{trial_id}", source_run_id=run_id,
                                            tags=tags, params={str(k): str(v)[:6000] for k, v in params.items()})
         action = "made" if action == "updated" else action
+        if (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+            return Upserted(str(first.model_id), "unchanged")
     else:
         client.set_logged_model_tags(model.model_id, tags)
     try:
@@ -139,8 +141,25 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
     except BaseException:
         _drop(client, model.model_id)  # never left PENDING, nor half-filled for a later attempt to take as done
         raise
+    if action != "updated" and (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+        return Upserted(str(first.model_id), "unchanged")
     client.finalize_logged_model(model.model_id, final)
     return Upserted(str(model.model_id), action)
+
+
+def _yield(client: Any, experiment_id: str, sweep_id: str, trial_id: str, mine: Any) -> Any:
+    """The model another writer made first for the same trial (a second ``sync`` at the same time: MLflow has
+    no unique key on models), after deleting ``mine``; None when ``mine`` stands.
+
+    Every writer checks after it creates, and again after it fills (when any model made meanwhile is seen):
+    the first made stands (creation time, then id), so the writers agree which, and exactly one is left."""
+    first = find(client, experiment_id, sweep_id, trial_id)
+    if first is None or first.model_id == mine.model_id:
+        return None
+    log.info("trial %s: another writer (a concurrent sync) made its model %s first; %s deleted", trial_id,
+             first.model_id, mine.model_id)
+    _drop(client, mine.model_id)
+    return first
 
 
 def _holds(model: Any, tags: Mapping[str, str], final: str) -> bool:
