@@ -81,7 +81,7 @@ def sweep_stopper(name: str, inner: Any) -> Any:
     ``time_budget_s`` restarts its full budget on every ``Tuner.restore``; this one goes on where it was."""
     from ray.tune import Stopper
 
-    from sweeps.execution.tuning import session
+    from sweeps.execution.run import session
 
     class SweepStopper(Stopper):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -91,9 +91,9 @@ def sweep_stopper(name: str, inner: Any) -> Any:
             return bool(self.inner(trial_id, result))
 
         def stop_all(self) -> bool:
-            if self.inner.stop_all():
+            if self.inner.stop_all() or session.session(self.name).stop_all:
                 return True
-            clock = session.session(self.name).extras.get("clock")
+            clock = session.session(self.name).clock
             if clock is None or not clock.spent():
                 return False
             if not self.said:

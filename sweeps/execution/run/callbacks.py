@@ -1,6 +1,6 @@
 """Every Tune callback of a run of a sweep (a new one, an extension, a resumed one), by role.
 
-The live callbacks are registered in the run's session (:mod:`sweeps.execution.tuning.session`); Tune's
+The live callbacks are registered in the run's session (:mod:`sweeps.execution.run.session`); Tune's
 ``RunConfig`` gets a handle per role (plus Tune's result loggers, which Tune must see as such). A resumed
 Tuner unpickles the handles of the run that made it, and they find what the resuming run registered here:
 the same call builds both. The roles are fixed, so a handle of every role is in every sweep's ``tuner.pkl``.
@@ -14,7 +14,8 @@ from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.resources.plan import Plan
-from sweeps.execution.tuning import control, firstreport, livestatus, schedstate, session, startup
+from sweeps.execution.run import control, firstreport, livestatus, schedstate, session, startup
+from sweeps.execution.tuning.tuner import train_dir
 from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
@@ -24,11 +25,6 @@ if TYPE_CHECKING:
 # Train workers that the sweeper's clean-up would otherwise race.
 WATCHERS = ("progress", "watchdog", "ledger", "census", "control", "live", "scheduler_state")
 HOUSEKEEPERS = ("reaper", "donor_pins", "latest_kept", "sweeper", "pool")
-
-
-def train_dir(spec: SweepSpec, sweep_id: str) -> str:
-    """Where each trial start's Train run folder goes (deleted when its ``fit()`` ends)."""
-    return uris.join(spec.storage_path, f"{sweep_id}-train")
 
 
 def processes_per_trial(spec: SweepSpec, levers: warm.Levers) -> int:
@@ -56,11 +52,11 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
     """The status line, the stall watchdog, the hours ledger (from the hours the sweep's earlier runs held,
     saved to its record) and, on a remote cluster, the census of paused trials."""
     from sweeps import store
-    from sweeps.execution.tuning.budget import Clock
-    from sweeps.execution.tuning.concurrency import census_callback
-    from sweeps.execution.tuning.hours import ledger_callback
-    from sweeps.execution.tuning.progress import Progress, progress_callback
-    from sweeps.execution.tuning.stall import Watch, watchdog_callback
+    from sweeps.execution.run.budget import Clock
+    from sweeps.execution.run.concurrency import census_callback
+    from sweeps.execution.run.hours import ledger_callback
+    from sweeps.execution.run.progress import Progress, progress_callback
+    from sweeps.execution.run.stall import Watch, watchdog_callback
 
     firstreport.arm()
     live = session.session(name)
@@ -75,10 +71,10 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
     live.ledger.configure(spec.sweep.budget, plan.per_trial.get("CPU", 0.0), plan.per_trial.get("GPU", 0.0),
                           spec.trainable.epochs, (prior.get("cpu_used") or 0.0, prior.get("gpu_used") or 0.0),
                           trial_seconds(spec, plan, own))
-    live.watch = Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s)
+    live.watch = Watch(sweep_id, plan.per_trial, spec.sweep.stall_timeout_s, name)
     # from 0: a resume or an extension carries the seconds the sweep counted before (carry_budget)
-    live.extras["clock"] = Clock(spec.sweep.time_budget_s, 0.0, control.idle_of(name))
-    progress.clock = live.extras["clock"]
+    live.clock = Clock(spec.sweep.time_budget_s, 0.0, control.idle_of(name))
+    progress.clock = live.clock
     out = {"progress": progress_callback(progress, name), "watchdog": watchdog_callback(live.watch),
            "ledger": ledger_callback(live.ledger, save=save),
            "live": livestatus.callback(name, sweep_id, uris.join(spec.storage_path, name), plan.per_trial, progress,
@@ -88,12 +84,12 @@ def watchers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str,
     return out
 
 
-def carry_budget(name: str, rec: SweepRecord) -> None:
-    """A resume or an extension of the sweep ``rec``: its time budget goes on from the seconds the sweep's
-    earlier runs counted (older records: their wall time); the hours ledger carries its own."""
-    clock = session.session(name).extras.get("clock")
+def carry_budget(name: str, counted_s: float) -> None:
+    """A resume or an extension: its time budget goes on from the seconds the sweep's earlier runs counted
+    (``counted_s``); the hours ledger carries its own."""
+    clock = session.session(name).clock
     if clock is not None:
-        clock.before_s = float(rec.running_s if rec.running_s is not None else rec.wall_s or 0.0)
+        clock.before_s = float(counted_s)
 
 
 def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str, Any]:

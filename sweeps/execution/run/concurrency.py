@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from sweeps.execution.tuning.session import Census
+from sweeps.execution.run.session import Census
 
 log = logging.getLogger(__name__)
 RECHECK_S = 5.0  # how often the cluster's resources are read again
@@ -126,7 +126,7 @@ def make_elastic(search_alg: Any, capacity: Any, census: Census, hold: Any = _ne
     """
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from sweeps.execution.tuning.wrappers import gated_variants
+    from sweeps.execution.run.wrappers import gated_variants
 
     if not isinstance(search_alg, BasicVariantGenerator):
         return elastic_searcher(search_alg, capacity, census, hold)

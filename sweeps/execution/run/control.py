@@ -18,15 +18,13 @@ own token (a random part of its own, so a resume in the same process, a notebook
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps import lease
-from sweeps.execution.tuning import session
+from sweeps.execution.run import session
 
 log = logging.getLogger(__name__)
 EVERY_S = 2.0
@@ -68,10 +66,10 @@ class Control:
 
 def control_of(name: str) -> Control:
     """The run ``name``'s control state (made on first use)."""
-    extras = session.session(name).extras
-    if "control" not in extras:
-        extras["control"] = Control(run=run_token(name))
-    return extras["control"]
+    live = session.session(name)
+    if live.control is None:
+        live.control = Control(run=run_token(name))
+    return live.control
 
 
 def run_token(name: str) -> str:
@@ -165,6 +163,46 @@ def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple
     return "refused", f"unknown verb {verb!r}"
 
 
-def stop_now() -> None:
-    """Tune's own graceful stop (it saves its state first), as SIGTERM or the stall watchdog triggers it."""
-    os.kill(os.getpid(), signal.SIGINT)
+def interrupt(name: str) -> bool:
+    """End the run ``name``'s Tune loop as Ctrl-C does (its state saved, unfinished trials resumable), from any
+    thread and without a signal: True where the ``tune_interrupt`` lever applies, else False (nothing done)."""
+    from sweeps.execution.levers import core, tune_interrupt
+
+    if not core.applies(tune_interrupt.LEVER):
+        return False
+    session.session(name).interrupt.set()
+    return True
+
+
+def request_stop(name: str, why: str) -> None:
+    """Stop the run ``name`` now: :func:`interrupt`, or where that lever is off, Tune's public path (the
+    sweep's Stopper says ``stop_all``: every unfinished trial ends as stopped, its checkpoints kept)."""
+    if interrupt(name):
+        log.info("stopping the sweep (%s): Tune saves its state, `python -m sweeps resume` continues it", why)
+        return
+    session.session(name).stop_all = True
+    log.warning("stopping the sweep (%s) through its Stopper: on this Ray (lever tune_interrupt off) its unfinished "
+                "trials end as stopped, with their checkpoints; `resume` has none left to continue", why)
+
+
+def stop_after_checkpoints(name: str, why: str) -> None:
+    """As ``sweeps stop`` does, asked from this process (an API call): no trial starts, and once every running
+    trial saved a checkpoint again (or ended) the run stops (:func:`request_stop`)."""
+    c = control_of(name)
+    if c.stopping:
+        return
+    record = session.session(name).callbacks.get("live")
+    running = [t.trial_id for t in getattr(record, "trials", []) if t.status == "RUNNING"]
+    c.stopping = {"by": why, "since": time.time(), "now": False, "waiting": running, "request": None}
+
+
+def fitting(name: str) -> Any:
+    """Around the run ``name``'s ``Tuner.fit()``: Tune's interrupted event goes to the run (where the lever
+    applies)."""
+    import contextlib
+
+    from sweeps.execution.levers import core, tune_interrupt
+
+    if not core.applies(tune_interrupt.LEVER):
+        return contextlib.nullcontext()
+    return tune_interrupt.fitting(session.session(name).interrupt)

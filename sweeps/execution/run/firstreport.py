@@ -30,13 +30,13 @@ NOT_METRICS = frozenset({
 
 def problem(sweep_id: str) -> str | None:
     """Why the sweep was ended for a missing metric (None when it was not)."""
-    from sweeps.execution.tuning.session import session
+    from sweeps.execution.run.session import session
 
     return session(sweep_id).metric_problem
 
 
 def note(sweep_id: str, text: str) -> None:
-    from sweeps.execution.tuning.session import session
+    from sweeps.execution.run.session import session
 
     s = session(sweep_id)
     if s.metric_problem is None:

@@ -9,7 +9,7 @@ sweep's earlier runs are the ledger's starting point, and the ledger is saved to
 A new trial starts only while the hours used, the running and waiting trials' projected rest and one more
 trial fit; the cost of a trial is the mean of those that ended, else a projection of the running ones, else the
 previous sweep of the experiment's, else unknown: then trials start one at a time until one cost is known.
-Once the budget is spent, running trials end at their next rung (:mod:`sweeps.execution.tuning.budget`). Wall-clock
+Once the budget is spent, running trials end at their next rung (:mod:`sweeps.execution.run.budget`). Wall-clock
 budgets stay Tune's (``sweep.time_budget_s``).
 """
 

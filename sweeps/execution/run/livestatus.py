@@ -1,15 +1,16 @@
 """The Tune callback behind ``sweeps status`` and the control verbs: it writes the sweep's status into its
-storage and applies the requests it finds there (:mod:`sweeps.execution.tuning.control`, :mod:`sweeps.live`)."""
+storage and applies the requests it finds there (:mod:`sweeps.execution.run.control`, :mod:`sweeps.live`)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
 from sweeps import lease, live, store
-from sweeps.execution.tuning import control, session
+from sweeps.execution.run import control, session
 
 log = logging.getLogger(__name__)
 LAUNCHED = "SWEEPS_LAUNCHED_BY"  # cli | schedule | api (set by the caller); a Ray Job is seen by its variable
@@ -65,6 +66,11 @@ class _LiveRecord:
         self.written_at = self.polled_at = 0.0
         self.started = time.time()
         self.trials: list[Any] = []  # as of Tune's last step
+        self.lock = threading.Lock()  # Tune's loop and the run's heartbeat both write the status
+        self.last: dict[str, Any] | None = None  # the status as last built (the heartbeat renews its lease)
+        self.unwritten = False  # the last status could not be written: the heartbeat tries again
+        self.unanswered: dict[str, tuple[str, str]] = {}  # request id -> (state, why) not yet written
+        self.failures = 0
 
     def tick(self) -> None:
         """Between Tune's steps (its loop waiting for a trial): read the requests, keep the status fresh."""
@@ -77,7 +83,7 @@ class _LiveRecord:
         c, live_session = control.control_of(self.name), session.session(self.name)
         me, watch, best = lease.me(), live_session.watch, self.progress.best
         earlier = session.earlier(self.name)  # an extension's status counts the sweep's earlier trials too
-        planned = live_session.extras.get("planned") or ((self.total + len(earlier)) if self.total else None)
+        planned = live_session.planned or ((self.total + len(earlier)) if self.total else None)
         return {
             "sweep_id": self.sweep_id, "run": c.run, "state": state or self.state(c), "updated": time.time(),
             "driver": {"host": me.host, "pid": me.pid, "token": me.token, "proc": me.proc, "started": self.started,
@@ -92,10 +98,57 @@ class _LiveRecord:
         }
 
     def write(self, trials: list[Any], state: str | None = None) -> None:
+        status = self.status(trials, state)
+        with self.lock:
+            self.last = status
+            self._put(status)
+
+    def _put(self, status: dict[str, Any]) -> bool:
+        """Write ``status`` (the lock held); a failure is said (at its first and every tenth) and retried."""
         try:
-            live.write_status(self.experiment_dir, self.status(trials, state))
+            live.write_status(self.experiment_dir, status)
         except Exception as exc:  # the record is for operators: a failed write is retried, never fatal
-            log.debug("could not write the sweep's status (%s)", exc)
+            self.unwritten = True
+            self._failed("the sweep's status", exc)
+            return False
+        self.unwritten = False
+        return True
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self.failures += 1
+        if self.failures == 1 or self.failures % 10 == 0:
+            log.warning("could not write %s to %s (%s: %s); the sweep goes on and tries again every few seconds",
+                        what, live.folder(self.experiment_dir), type(exc).__name__, exc)
+
+    def answer(self, request_id: str, state: str, why: str) -> None:
+        """Answer a request; one that cannot be written now is kept and written at the next tick or beat."""
+        with self.lock:
+            self.unanswered[request_id] = (state, why)
+            self._answer_kept()
+
+    def _answer_kept(self) -> None:
+        for request_id, (state, why) in list(self.unanswered.items()):
+            try:
+                live.answer(self.experiment_dir, request_id, state, why)
+            except Exception as exc:
+                self._failed(f"the answer to request {request_id}", exc)
+                return
+            del self.unanswered[request_id]
+            if self.failures:
+                log.info("the answer to request %s is written now (%s)", request_id, state)
+
+    def beat(self) -> None:
+        """The run's heartbeat (its own thread, whatever Tune's loop is doing): the driver's lease in the status
+        renewed, and what could not be written (the status, answers) written now."""
+        with self.lock:
+            if self.last is None:
+                return
+            self.last["driver"]["lease_expires"] = lease.expiry()
+            self._put(self.last)
+            self._answer_kept()
+            if not self.unwritten and not self.unanswered and self.failures:
+                log.info("the sweep's live status is written again")
+                self.failures = 0
 
     def poll(self, trials: list[Any]) -> None:
         c = control.control_of(self.name)
@@ -105,12 +158,15 @@ class _LiveRecord:
         except Exception as exc:  # storage unreachable for a moment: the next poll tries again
             log.debug("could not read control requests (%s)", exc)
             return
+        if self.unanswered:
+            with self.lock:
+                self._answer_kept()
         for request in pending:
             c.handled.add(request["id"])
             if request["id"] in done:
                 continue  # answered by an earlier run of the sweep: never applied twice
             state, why = control.apply(c, request, trials)
-            live.answer(self.experiment_dir, request["id"], state, why)
+            self.answer(request["id"], state, why)
             if state == "applied" and request.get("verb") in ("pause", "unpause"):
                 self.note_state("paused" if c.paused else "")
             stop = c.trial_stops.get(str(request.get("trial_id"))) if state == "accepted" else None
@@ -151,9 +207,11 @@ class _LiveRecord:
         if c.stopping.get("applied"):  # type: ignore[union-attr]
             return
         c.stopping["applied"] = time.time()  # type: ignore[index]
-        live.answer(self.experiment_dir, c.stopping["request"], "applied", "the sweep stops now, resumably")  # type: ignore[index]
+        if c.stopping.get("request"):  # type: ignore[union-attr]
+            self.answer(c.stopping["request"], "applied", "the sweep stops now, resumably")  # type: ignore[index]
         self.write(trials, "stopping")
-        control.stop_now()
+        control.request_stop(self.name, f"`sweeps stop{' --now' if c.stopping.get('now') else ''}` by "  # type: ignore[union-attr]
+                                        f"{c.stopping['by']}")  # type: ignore[index]
 
     def reported(self, trial_id: str) -> None:
         """A trial a graceful stop waits for has saved a checkpoint (or ended): it no longer holds the stop."""
@@ -169,7 +227,7 @@ class _LiveRecord:
         stop = c.trial_stops.get(trial.trial_id)
         if stop and not stop.get("applied"):
             stop["applied"] = time.time()
-            live.answer(self.experiment_dir, stop["request"], "applied", f"trial {trial.trial_id} stopped")
+            self.answer(stop["request"], "applied", f"trial {trial.trial_id} stopped")
         self.reported(trial.trial_id)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -177,6 +235,9 @@ class _LiveRecord:
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         self.write(trials)
+        if self.unanswered:
+            log.warning("%d answer(s) to control requests could not be written to %s: %s", len(self.unanswered),
+                        live.folder(self.experiment_dir), ", ".join(self.unanswered))
 
 
 def _running(trials: list[Any]) -> set[str]:
@@ -200,4 +261,11 @@ def final(experiment_dir: str, state: str, counts_: dict[str, int], best: dict[s
         status.setdefault("driver", {})["lease_expires"] = None
         live.write_status(experiment_dir, status)
     except Exception as exc:  # the index record still says how it ended
-        log.debug("could not write the sweep's final status (%s)", exc)
+        log.warning("could not write the sweep's final status (%s); its record says how it ended", exc)
+
+
+def beat(name: str) -> None:
+    """The heartbeat of the run ``name``: its live record's :meth:`_LiveRecord.beat` (none yet: nothing)."""
+    record = session.session(name).callbacks.get("live")
+    if record is not None and hasattr(record, "beat"):
+        record.beat()

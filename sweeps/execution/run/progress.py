@@ -113,10 +113,10 @@ class Progress:
 def progress_callback(progress: Progress, name: str = "") -> Any:
     """The Tune callback that feeds ``progress`` and logs its status line every ``EVERY_S`` seconds. The line
     counts and ranks every trial of the sweep: the run ``name``'s, and those of the sweep's earlier experiments
-    (an extension's, :func:`sweeps.execution.tuning.session.earlier`)."""
+    (an extension's, :func:`sweeps.execution.run.session.earlier`)."""
     from ray.tune import Callback
 
-    from sweeps.execution.tuning import session
+    from sweeps.execution.run import session
 
     class ProgressCallback(Callback):  # type: ignore[misc]
         def __init__(self) -> None:

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sweeps.execution.tuning import hours
-from sweeps.execution.tuning.hours import Ledger
+from sweeps.execution.levers.tune_interrupt import Interrupt
+from sweeps.execution.run import hours
+from sweeps.execution.run.hours import Ledger
+
+if TYPE_CHECKING:
+    from sweeps.execution.run.budget import Clock
+    from sweeps.execution.run.control import Control
+    from sweeps.execution.run.startup import Clock as StartupClock
 
 
 class Census:
@@ -40,10 +46,20 @@ class Session:
     sweep_id: str  # the key: the Tune run's name (the sweep id, or its extension's or confirmation's name)
     sweep: str = ""  # the sweep this run belongs to
     census: Census = field(default_factory=Census)
-    metric_problem: str | None = None  # why the metric check ended the sweep (sweeps.execution.tuning.firstreport)
-    watch: Any = None  # the stall watchdog's Watch (sweeps.execution.tuning.stall)
+    metric_problem: str | None = None  # why the metric check ended the sweep (sweeps.execution.run.firstreport)
+    watch: Any = None  # the stall watchdog's Watch (sweeps.execution.run.stall)
     callbacks: dict[str, Any] = field(default_factory=dict)  # role -> the live Tune callback
-    extras: dict[str, Any] = field(default_factory=dict)  # other per-sweep state, by name
+    control: Control | None = None  # what operators asked of this run (sweeps.execution.run.control)
+    clock: Clock | None = None  # what the sweep's time budget counts (sweeps.execution.run.budget)
+    startup: StartupClock | None = None  # the trials' start-up clock (sweeps.execution.run.startup)
+    scheduler: Any = None  # the sweep's scheduler wrapper, once Tune set it up (sweeps.execution.run.wrappers)
+    planned: int | None = None  # the trials an extension plans, its earlier ones included (the status line)
+    earlier_trials: list[Any] = field(default_factory=list)  # ended trials of the sweep's earlier experiments
+    resumed: bool = False  # a resume: the scheduler's saved state comes back
+    scheduler_lost: str | None = None  # why a resume has no scheduler state to restore
+    scheduler_from: Any = None  # an extension: the scheduler state the sweep's last run saved
+    interrupt: Interrupt = field(default_factory=Interrupt)  # ends Tune's loop as Ctrl-C does (stop requests)
+    stop_all: bool = False  # a stop where the tune_interrupt lever is off: the Stopper ends every trial
 
     def __post_init__(self) -> None:
         self.census.sweep_id = self.sweep_id
@@ -91,9 +107,8 @@ def start(sweep_id: str) -> Session:
 
 def outcome(sweep_id: str) -> Outcome:
     s = session(sweep_id)
-    control = s.extras.get("control")
-    stopping = getattr(control, "stopping", None) or {}
-    clock = s.extras.get("clock")
+    stopping = (s.control.stopping if s.control is not None else None) or {}
+    clock = s.clock
     return Outcome(stalled=s.stalled, metric_missing=s.metric_problem, hours=s.ledger.record(),
                    stopped_by=stopping.get("by"), running_s=clock.used() if clock is not None else None)
 
@@ -108,7 +123,7 @@ def end(sweep_id: str) -> None:
 def earlier(sweep_id: str) -> list[Any]:
     """The trials of the sweep's earlier experiments that ended (an extension's, or an interrupted extension's
     on resume): the status line and the live status count and rank them with this run's."""
-    found = session(sweep_id).extras.get("earlier_trials") or []
+    found = session(sweep_id).earlier_trials
     return [t for t in found if t.status in ("TERMINATED", "ERROR")]
 
 

@@ -5,7 +5,8 @@ Progress is a trial starting, reporting or ending. When trials wait and none of 
 what the waiting trials need, what each node has free, and what holds the rest (the placement groups of this
 sweep's trials, groups it cannot name, other jobs' actors, nodes that left). After ``sweep.stall_timeout_s``
 (derived when null: 15 minutes, or 5x the longest start-up or report gap seen; 0 = never) the sweep stops the
-way Ctrl-C stops it, so Tune saves its state and ``resume`` continues; the driver then exits 1 with the reason.
+way Ctrl-C stops it (with no signal: ``control.request_stop``), so Tune saves its state and ``resume``
+continues; the driver then exits 1 with the reason.
 
 Only Ray's GCS is asked (``ray.nodes()``, ``placement_group_table()``, and, through the ``gcs_tables`` lever, its
 per-node resource and actor tables): no dashboard.
@@ -14,8 +15,6 @@ per-node resource and actor tables): no dashboard.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from typing import Any
 
@@ -38,8 +37,9 @@ def _fmt(res: dict[str, float]) -> str:
 class Watch:
     """What the sweep has seen (plain data: Tune pickles its callbacks)."""
 
-    def __init__(self, sweep_id: str, per_trial: dict[str, float], timeout_s: float | None) -> None:
+    def __init__(self, sweep_id: str, per_trial: dict[str, float], timeout_s: float | None, name: str = "") -> None:
         self.sweep_id, self.per_trial, self.timeout_s = sweep_id, dict(per_trial), timeout_s
+        self.name = name or sweep_id  # the run's (its session's) name: an extension's differs from the sweep id
         self.last_progress = time.time()
         self.started: dict[str, float] = {}
         self.last_report: dict[str, float] = {}
@@ -177,7 +177,9 @@ def watchdog_callback(watch: Watch) -> Any:
                 watch.stalled = explain(watch, trials)
                 log.error("stalled: %s; stopping the sweep after sweep.stall_timeout_s=%.0f s (`python -m sweeps "
                           "resume` continues it once the cause is fixed)", watch.stalled, limit)
-                os.kill(os.getpid(), signal.SIGINT)  # Tune's own graceful stop: it saves its state first
+                from sweeps.execution.run import control
+
+                control.request_stop(watch.name, "stalled")
             elif quiet >= watch.say_after() and now - watch.said_at >= SAY_EVERY_S:
                 watch.said_at = now
                 log.warning("waiting: %s", explain(watch, trials))

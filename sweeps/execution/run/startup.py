@@ -189,13 +189,12 @@ def is_restart(trial: Any, result: Mapping[str, Any]) -> bool:
 
 def clock(name: str) -> Clock:
     """The clock of the run ``name`` of a sweep (its session's)."""
-    from sweeps.execution.tuning import session
+    from sweeps.execution.run import session
 
-    extras = session.session(name).extras
-    found = extras.get("startup")
-    if not isinstance(found, Clock):
-        found = extras["startup"] = Clock()
-    return found
+    live = session.session(name)
+    if live.startup is None:
+        live.startup = Clock()
+    return live.startup
 
 
 def startup_callback(name: str) -> Any:

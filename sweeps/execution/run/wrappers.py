@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from sweeps.execution.tuning import startup
+from sweeps.execution.run import startup
 
 GATED_STATE = "sweeps-gated-state-"  # beside Tune's searcher state: how many trials a capped generator handed out
 # A search gate gets the live trial ids; it answers "go", "wait" or "done".
@@ -153,10 +153,10 @@ class _Delegating:
         self.register()
 
     def register(self) -> None:
-        from sweeps.execution.tuning import session
+        from sweeps.execution.run import session
 
         if self.name:
-            session.session(self.name).extras["scheduler"] = self
+            session.session(self.name).scheduler = self
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         vars(self).update(state)
@@ -213,7 +213,7 @@ class _Delegating:
 
 def budget_gated(search_alg: Any, ledger: Any) -> Any:
     """The search algorithm, starting a trial only while the hours budget (``ledger``, a
-    :class:`sweeps.execution.tuning.hours.Ledger`) admits one more (then it finishes)."""
+    :class:`sweeps.execution.run.hours.Ledger`) admits one more (then it finishes)."""
     from ray.tune.search import ConcurrencyLimiter, Searcher
     from ray.tune.search.basic_variant import BasicVariantGenerator
 

@@ -1,1 +1,1 @@
-"""The Tuner of a sweep: searchers, schedulers, stoppers, budgets and the callbacks that watch it."""
+"""The Tuner's assembly: the searcher, the scheduler, the trial function and its resources, Tune's configs."""

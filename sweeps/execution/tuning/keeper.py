@@ -25,77 +25,19 @@ docs/ray.md, "A killed driver and Tune's checkpoint retention".
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import posixpath
 from typing import Any
 
 from sweeps import uris
 from sweeps.execution.train.bridge import copy_checkpoint
+from sweeps.execution.train.pins import drop_pins, exists, inside, pin_name, subfolders
 from sweeps.trials import CheckpointBook
 
 log = logging.getLogger(__name__)
 
-PIN_PREFIX = "sweeps-donor-"
 KEEP_PREFIX = "sweeps-keep-"
 KEEP_SPARE = 2  # kept copies beyond num_to_keep: a state sync still in flight while the trial reports on
-
-
-def pin_name(checkpoint_path: str) -> str:
-    return PIN_PREFIX + hashlib.sha1(checkpoint_path.encode()).hexdigest()[:16]
-
-
-def inside(path: str, folder: str) -> bool:
-    return path.rstrip("/").startswith(folder.rstrip("/") + "/")
-
-
-def _exists(fs: Any, path: str) -> bool:
-    import pyarrow.fs as pafs
-
-    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
-
-
-def _names(fs: Any, folder: str, prefix: str) -> list[str]:
-    """The sub-folders of ``folder`` whose names start with ``prefix``, sorted."""
-    import pyarrow.fs as pafs
-
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-    except OSError:
-        return []
-    names = (posixpath.basename(i.path.rstrip("/")) for i in infos if i.type == pafs.FileType.Directory)
-    return sorted(n for n in names if n.startswith(prefix))
-
-
-def drop_pins(fs: Any, trial_dir: str, keep: str | None, prefix: str = PIN_PREFIX) -> None:
-    """Delete the pins (or the kept copies, with ``KEEP_PREFIX``) in a trial folder, but ``keep`` (a name)."""
-    for name in _names(fs, trial_dir, prefix):
-        if name != keep:
-            try:
-                fs.delete_dir(posixpath.join(trial_dir, name))
-            except OSError as exc:
-                log.warning("could not delete %s in %s (%s)", name, trial_dir, exc)
-
-
-def seed_for(start: Any, trial_uri: str) -> Any:
-    """The checkpoint to seed a trial's start with: ``start``, or its pin when it is another trial's.
-
-    ``trial_uri`` is the trial's folder in storage. Pins of checkpoints Tune no longer hands this trial are
-    deleted.
-    """
-    fs, trial_dir = uris.filesystem(trial_uri)
-    foreign = start is not None and not inside(start.path, trial_dir)
-    keep = pin_name(start.path) if foreign else None
-    drop_pins(fs, trial_dir, keep)
-    if not foreign:
-        return start
-    pinned = posixpath.join(trial_dir, str(keep))
-    if _exists(fs, pinned):
-        import ray.train
-
-        return ray.train.Checkpoint(pinned, fs)
-    log.warning("no pinned copy of the donor checkpoint %s: restoring from the original", start.path)
-    return start
 
 
 def _pin(trial: Any, fs: Any) -> None:
@@ -103,7 +45,7 @@ def _pin(trial: Any, fs: Any) -> None:
     if ckpt is None or not trial.path or inside(ckpt.path, trial.path):
         return
     dest = posixpath.join(trial.path, pin_name(ckpt.path))
-    if _exists(fs, dest):
+    if exists(fs, dest):
         return
     copy_checkpoint(ckpt.path, ckpt.filesystem, dest, fs)
     log.debug("pinned %s's donor checkpoint %s as %s", trial.trial_id, ckpt.path, dest)
@@ -150,11 +92,11 @@ def keep_latest(trial: Any, new_path: str, num_to_keep: int, book: CheckpointBoo
     if _surely_kept(book, trial, latest.path, num_to_keep):
         return
     dest = posixpath.join(trial.path, KEEP_PREFIX + posixpath.basename(latest.path.rstrip("/")))
-    if _exists(fs, dest) or not _exists(fs, latest.path):
+    if exists(fs, dest) or not exists(fs, latest.path):
         return
     copy_checkpoint(latest.path, latest.filesystem, dest, fs)
     # Only a new copy adds one: list and prune then, not on every report (a listing is a request on S3).
-    for name in _names(fs, trial.path, KEEP_PREFIX)[:-(num_to_keep + KEEP_SPARE)]:
+    for name in subfolders(fs, trial.path, KEEP_PREFIX)[:-(num_to_keep + KEEP_SPARE)]:
         fs.delete_dir(posixpath.join(trial.path, name))  # zero-padded indices: name order is age order
 
 
@@ -162,10 +104,10 @@ def restore_kept(experiment_dir: str) -> int:
     """``resume``: put back each kept checkpoint whose original Tune deleted after its last saved state."""
     fs, root = uris.filesystem(experiment_dir)
     restored = 0
-    for trial_dir in (posixpath.join(root, n) for n in _names(fs, root, "")):
-        for name in _names(fs, trial_dir, KEEP_PREFIX):
+    for trial_dir in (posixpath.join(root, n) for n in subfolders(fs, root, "")):
+        for name in subfolders(fs, trial_dir, KEEP_PREFIX):
             original = posixpath.join(trial_dir, name[len(KEEP_PREFIX):])
-            if not _exists(fs, original):
+            if not exists(fs, original):
                 copy_checkpoint(posixpath.join(trial_dir, name), fs, original, fs)
                 log.info("put back %s, which Tune deleted after it last saved its state", original)
                 restored += 1

@@ -158,15 +158,6 @@ def _searcher_state(experiment_dir: str) -> Iterator[str]:
         yield tmp
 
 
-def is_restored(searcher: Any) -> bool:
-    """A restored model-based searcher (it holds its space); random/grid search (even gated) is not."""
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    from sweeps.execution.tuning.wrappers import is_gated
-
-    return searcher is not None and not isinstance(searcher, BasicVariantGenerator) and not is_gated(searcher)
-
-
 def build_scheduler(spec: SweepSpec) -> Any:
     """Ray's scheduler; with several objectives it stops trials on the primary one (Tune then has none)."""
     node = dict(spec.scheduler)

@@ -1,4 +1,5 @@
-"""The Tuner of a sweep: the trial function with its resources, the stopper, Tune's run and tune configs."""
+"""The Tuner of a sweep: the trial function with its resources, Tune's run and tune configs, of the parts the run
+made (its gated searcher and scheduler, its stopper, its callbacks: :mod:`sweeps.execution.run.assembly`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,7 @@ from sweeps import uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
 from sweeps.execution.train.trial import TrialSetup, run_trial
-from sweeps.execution.tuning import control, firstreport, recovery, session
-from sweeps.execution.tuning.budget import Budget, sweep_stopper
-from sweeps.execution.tuning.callbacks import register, train_dir
-from sweeps.execution.tuning.concurrency import Capacity, Fixed, capacity_gate, make_elastic
-from sweeps.execution.tuning.hours import Ledger
-from sweeps.execution.tuning.searchers import build_scheduler, build_searcher, is_restored, param_space
-from sweeps.execution.tuning.wrappers import budget_gated, is_gated, sweep_scheduler
+from sweeps.execution.tuning.searchers import param_space
 from sweeps.execution.warmstart import warm
 
 
@@ -34,6 +29,11 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
         sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean,
         job_env_vars=None if spec.cluster.mode == "local" else job_env_vars(),
     )
+
+
+def train_dir(spec: SweepSpec, sweep_id: str) -> str:
+    """Where each trial start's Train run folder goes (deleted when its ``fit()`` ends)."""
+    return uris.join(spec.storage_path, f"{sweep_id}-train")
 
 
 def job_env_vars() -> dict[str, str]:
@@ -86,18 +86,6 @@ def rungs(spec: SweepSpec) -> tuple[int, ...]:
     return (*out, int(max_t))
 
 
-def stopper(spec: SweepSpec, ledger: Ledger | None = None) -> Budget:
-    """The sweep's stopper: each trial ends at its epoch budget (or its rung once the hour budget is spent)."""
-    return Budget(spec.trainable.epochs, ledger, rungs(spec), spec.trainable.checkpoint_every)
-
-
-def guarded_stopper(spec: SweepSpec, name: str, ledger: Ledger | None = None) -> Any:
-    """:func:`stopper` behind the check that every report holds the sweep's metric(s) (:mod:`firstreport`)."""
-    required = (spec.sweep.metric, *(o.metric for o in spec.sweep.objectives))
-    return firstreport.guarded(name, stopper(spec, ledger), tuple(dict.fromkeys(required)), spec.sweep.multi,
-                               spec.trainable.metrics)
-
-
 QUEUED = 1_000_000  # no limit of sweeps' own: Tune queues at most TUNE_MAX_PENDING_TRIALS_PG pending trials
 
 
@@ -111,34 +99,13 @@ def needs_queue(scheduler: Any) -> bool:
     return isinstance(scheduler, HyperBandScheduler)
 
 
-def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any],
-                points: list[dict[str, Any]] | None = None, searcher: Any = None,
-                num_samples: int | None = None, name: str | None = None, max_trials: int | None = None) -> Any:
-    """The Tuner for a new sweep (or, with ``searcher``/``name``, for an extension of one). Its live state is
-    the session of the run ``name`` (:mod:`sweeps.execution.tuning.session`): its outcome is read from there.
-    ``max_trials``: at most that many trials (``extend --more-trials N`` on a grid, whose ``num_samples`` counts
-    passes over the grid)."""
+def build_tuner(spec: SweepSpec, sweep_id: str, name: str, *, search_alg: Any, scheduler: Any, stopper: Any,
+                callbacks: list[Any], num_samples: int | None = None, restored: bool = False) -> Any:
+    """The Tuner of the run ``name`` of a sweep, of the parts the run made (:mod:`sweeps.execution.run.assembly`):
+    its search algorithm and scheduler behind the run's gates, its stopper and its callbacks. ``restored``: the
+    search algorithm is a restored model-based one, which already holds its space (Tune refuses a second)."""
     from ray import tune
 
-    name = name or sweep_id
-    search_alg = searcher if searcher is not None else build_searcher(spec, 0, points)
-    limit_pending(plan)
-    run_callbacks = register(spec, plan, sweep_id, name, callbacks)
-    live = session.session(name)
-    starts: list[Any] = []
-    capacity: Any = Fixed(plan.concurrent_trials)
-    if spec.cluster.mode != "local":
-        capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
-                            spec.sweep.max_concurrent_trials)
-        starts.append(capacity_gate(capacity))
-    inner = build_scheduler(spec)
-    made = Fixed(QUEUED) if needs_queue(inner) else capacity  # how many trials may exist unfinished at once
-    search_alg = make_elastic(search_alg, made, live.census, control.holding(name))
-    if max_trials is not None and is_gated(search_alg):
-        search_alg.limit = max_trials
-    scheduler = sweep_scheduler(inner, [*starts, control.start_gate(name)], control.trial_stops(name), name=name)
-    if spec.sweep.budget.enabled:
-        search_alg = budget_gated(search_alg, live.ledger)
     multi = spec.sweep.multi  # the searcher holds every objective, the scheduler the primary one
     tune_config = tune.TuneConfig(
         metric=None if multi else spec.sweep.metric,
@@ -146,25 +113,21 @@ def build_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, callbacks: list[Any]
         search_alg=search_alg,
         scheduler=scheduler,
         num_samples=num_samples if num_samples is not None else spec.sweep.num_samples,
-        time_budget_s=None,  # the sweep's own clock (budget.sweep_stopper): it counts across resume and extend
+        time_budget_s=None,  # the sweep's own clock (run.budget.sweep_stopper): it counts across resume and extend
         reuse_actors=reuse_actors(spec),
     )
     run_config = tune.RunConfig(
         name=name,
         storage_path=spec.storage_path,
-        callbacks=run_callbacks,
+        callbacks=callbacks,
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.sweep.metric,
             checkpoint_score_order=spec.sweep.mode,
         ),
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        stop=sweep_stopper(name, guarded_stopper(spec, name, live.ledger if spec.sweep.budget.enabled else None)),
+        stop=stopper,
         verbose=0,  # Tune's per-result tables: the progress line and the log file say it shorter
     )
-    # A restored model-based searcher already holds its space: Tune refuses a second one.
-    space_ = {} if is_restored(searcher) else param_space(spec)
-    tuner = tune.Tuner(trainable(spec, sweep_id), param_space=space_, tune_config=tune_config,
-                       run_config=run_config)
-    recovery.keep_tuner(uris.join(spec.storage_path, name))  # a good copy of tuner.pkl for a damaged resume
-    return tuner
+    return tune.Tuner(trainable(spec, sweep_id), param_space={} if restored else param_space(spec),
+                      tune_config=tune_config, run_config=run_config)

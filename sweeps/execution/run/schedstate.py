@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sweeps.execution.tuning import session
+from sweeps.execution.run import session
 
 log = logging.getLogger(__name__)
 MARK = "sweeps_scheduler_state"
@@ -112,12 +112,26 @@ def differs(kind: str, why: str, run: str = "the resumed run") -> str:
             f"before it")
 
 
+def _keep_copy(experiment_dir: str, kept_at: float) -> float:
+    """The experiment's state as it stands kept as the last good copy, at most every ``recovery.EVERY_S``: when
+    the copy was last made."""
+    from sweeps.execution.run import recovery
+
+    if time.monotonic() - kept_at < recovery.EVERY_S:
+        return kept_at
+    try:
+        if recovery.keep_state(experiment_dir):
+            return time.monotonic()
+    except Exception as exc:  # a copy is a safety net, never a reason to stop
+        log.warning("could not keep a copy of the experiment state (%s); a damaged resume falls back to the "
+                    "copy before", exc)
+    return kept_at
+
+
 def callback(name: str, experiment_dir: str) -> Any:
     """The Tune callback that saves the run ``name``'s scheduler with the experiment and puts it back on resume;
     it also keeps the last good copy of the experiment state (:mod:`.recovery`)."""
     from ray.tune import Callback
-
-    from sweeps.execution.tuning import recovery
 
     class SchedulerState(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -127,19 +141,14 @@ def callback(name: str, experiment_dir: str) -> Any:
             self.lost: str | None = None  # why the last snapshot holds no state (said once, when it changes)
 
         def _inner(self) -> Any:
-            wrapper = session.session(name).extras.get("scheduler")
+            wrapper = session.session(name).scheduler
             return getattr(wrapper, "inner", None)
 
         def get_state(self) -> dict[str, Any] | None:
             """Called at each experiment checkpoint, right after Tune wrote its new state to its staging folder
             (storage still holds the set before, whole): that set becomes the last good one, at most every
             ``EVERY_S``."""
-            if time.monotonic() - self.kept_at >= recovery.EVERY_S:
-                try:
-                    if recovery.keep_state(experiment_dir):
-                        self.kept_at = time.monotonic()
-                except Exception as exc:  # a copy is a safety net, never a reason to stop
-                    log.debug("could not keep a copy of the experiment state (%s)", exc)
+            self.kept_at = _keep_copy(experiment_dir, self.kept_at)
             inner = self._inner()
             if inner is None:
                 return None
@@ -159,19 +168,19 @@ def callback(name: str, experiment_dir: str) -> Any:
                 return
             self.checked = True
             inner, live = self._inner(), session.session(name)
-            state = self.pending or live.extras.get("scheduler_from")
-            if inner is None or not (live.extras.get("resumed") or state):
+            state = self.pending or live.scheduler_from
+            if inner is None or not (live.resumed or state):
                 return
             if state is None:
                 kind = type(inner).__name__
                 if kind not in STATELESS:
-                    lost = live.extras.get("scheduler_lost") or "no scheduler state was saved before the stop"
+                    lost = live.scheduler_lost or "no scheduler state was saved before the stop"
                     log.warning("%s", differs(kind, lost))
                 return
-            why = apply(inner, state, {t.trial_id: t for t in [*trials, *live.extras.get("earlier_trials", [])]})
+            why = apply(inner, state, {t.trial_id: t for t in [*trials, *live.earlier_trials]})
             if why:
                 log.warning("%s", differs(type(inner).__name__, why,
-                                          "the resumed run" if live.extras.get("resumed") else "the extension"))
+                                          "the resumed run" if live.resumed else "the extension"))
             else:
                 log.info("the scheduler %s continues from its state of %s%s", type(inner).__name__,
                          time.strftime("%H:%M:%S", time.localtime(state.get("saved_at", 0))), _population(inner))
@@ -207,7 +216,7 @@ def _saved_in(experiment_dir: str) -> dict[str, Any] | None:
     import ray.cloudpickle as cloudpickle
 
     from sweeps import uris
-    from sweeps.execution.tuning import recovery
+    from sweeps.execution.run import recovery
 
     blobs = [(n, lambda n=n: uris.read_bytes(uris.join(experiment_dir, n)))
              for n in recovery.newest(experiment_dir, recovery.CALLBACK_PREFIX)]
