@@ -10,7 +10,7 @@ reads into ``OUT/<ray version>/<experiment>/``:
   the trials, their statuses and checkpoints), the searcher's state (``searcher-state-*.pkl`` for Optuna,
   ``basic-variant-state-*.json`` for PBT's random search);
 - the callbacks' state (``callback-states-*.pkl``) holding the scheduler's state as
-  ``sweeps.execution.tuning.schedstate`` saves it (its ``snapshot``, from a Tune callback as in a sweep);
+  ``sweeps.execution.run.schedstate`` saves it (its ``snapshot``, from a Tune callback as in a sweep);
 - ``expected.json``: what this Ray read back and knew at the stop (trial ids, statuses, iterations; ASHA's rungs,
   PBT's population), which ``tests/test_golden_state.py`` checks the installed Ray against.
 
@@ -83,7 +83,7 @@ def _scheduler_state(scheduler: Any) -> Any:
             self.scheduler = scheduler
 
         def get_state(self) -> dict[str, Any] | None:
-            from sweeps.execution.tuning import schedstate  # imported here: tuner.pkl names no sweeps module
+            from sweeps.execution.run import schedstate  # imported here: tuner.pkl names no sweeps module
 
             return schedstate.snapshot(self.scheduler)
 

@@ -17,7 +17,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-LEASE_S = 60.0  # how long a driver's claim lasts without renewal; it renews every LEASE_S / 4
+LEASE_S = float(os.environ.get("SWEEPS_LEASE_S") or 60.0)  # how long a driver's claim lasts without renewal (it
+# renews every LEASE_S / 4); SWEEPS_LEASE_S shortens it where a gone driver must be seen sooner (tests)
 
 
 @dataclass(frozen=True)

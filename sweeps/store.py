@@ -65,6 +65,11 @@ class SweepRecord:
     running_s: float | None = None
     live_state: str = ""  # "paused" while an operator's pause holds the running sweep (sweeps pause)
 
+    @property
+    def counted_s(self) -> float:
+        """The seconds the sweep's time budget counted over its runs so far (older records: their wall time)."""
+        return float(self.running_s if self.running_s is not None else self.wall_s or 0.0)
+
     def owner_alive(self) -> bool:
         """Whether a driver (on any host) may still be running this sweep."""
         return self.status == "running" and lease.owner_alive(self.driver, self.lease_expires)

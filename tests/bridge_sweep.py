@@ -2,7 +2,7 @@
 
     python tests/bridge_sweep.py DELAY_S OVERRIDE...
 
-Builds the real Tuner (``sweeps.execution.tuning.tuner.build_tuner``) on the embedded Ray and adds a Tune
+Builds the real Tuner (``sweeps.execution.run.owner.Run.new``) on the embedded Ray and adds a Tune
 ``Callback`` whose ``on_trial_result`` sleeps DELAY_S: the driver falls behind the Train run, which is what
 MLflow calls over a slow network do. Prints ``RESULT {json}`` with each trial's error, its folder and the
 storage folder.
@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.execution.tuning.tuner import build_tuner
+from sweeps.execution.run.owner import Run
 from sweeps.ops.launch import launched
 from sweeps.ops.prepare import prepare
 
@@ -35,7 +35,7 @@ def main() -> None:
     delay, overrides = float(sys.argv[1]), sys.argv[2:]
     spec = prepare(overrides)
     with launched(spec) as (the_plan, _client):
-        grid = build_tuner(spec, the_plan, "bridgetest", [SlowDriver(delay)]).fit()
+        grid = Run.new(spec, the_plan, "bridgetest", [SlowDriver(delay)]).tuner.fit()
         out = {"storage": spec.storage_path, "experiment": grid.experiment_path,
                "trials": [{"error": str(r.error) if r.error else None, "path": r.path} for r in grid]}
     print("RESULT " + json.dumps(out), flush=True)

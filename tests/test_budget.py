@@ -2,7 +2,7 @@
 
 Real Tune on a small real Ray (``local_ray``): a function trainable (no Train) that would report far past its
 budget, the scheduler :func:`sweeps.execution.tuning.searchers.build_scheduler` builds from the config, and the
-stopper the sweep's Tuner gets (:func:`sweeps.execution.tuning.tuner.stopper`). Plus the stopper's own rules.
+stopper the sweep's Tuner gets (:func:`sweeps.execution.run.assembly.stopper`). Plus the stopper's own rules.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def test_every_scheduler_stops_trials_at_their_budget_counted_by_tune(
     from ray import tune
     from ray.tune.schedulers import TrialScheduler
 
+    from sweeps.execution.run.assembly import stopper
     from sweeps.execution.tuning.searchers import build_scheduler
-    from sweeps.execution.tuning.tuner import stopper
 
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SWEEPS_CONF_DIR", str(REPO / "conf"))
@@ -93,7 +93,7 @@ def test_every_scheduler_stops_trials_at_their_budget_counted_by_tune(
 
 
 def test_the_budget_is_counted_in_tune_iterations_and_a_searched_epochs_wins() -> None:
-    from sweeps.execution.tuning.budget import Budget
+    from sweeps.execution.run.budget import Budget
 
     stop = Budget(4)
     assert not stop("t", {"training_iteration": 3, "epoch": 3, "config": {"lr": 0.1}})
@@ -104,7 +104,7 @@ def test_the_budget_is_counted_in_tune_iterations_and_a_searched_epochs_wins() -
 
 
 def test_a_trial_that_keeps_restarting_is_stopped_at_twice_its_budget() -> None:
-    from sweeps.execution.tuning.budget import OVERRUN, Budget
+    from sweeps.execution.run.budget import OVERRUN, Budget
 
     stop = Budget(3)
     rewound = [{"training_iteration": i % 2 + 1, "config": {}} for i in range(OVERRUN * 3)]

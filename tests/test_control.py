@@ -1,7 +1,7 @@
 """The control record of a running sweep, without Ray: requests, answers, the driver's liveness, the final status.
 
 Real files in a temporary experiment folder, real processes for the liveness checks, the driver's own callback
-body (:class:`sweeps.execution.tuning.livestatus._LiveRecord`) fed Trial-like objects; the slow tier
+body (:class:`sweeps.execution.run.livestatus._LiveRecord`) fed Trial-like objects; the slow tier
 (tests/test_operate_slow.py) operates a real sweep from another process. Fast tier.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from sweeps import lease, live
 from sweeps.errors import BadInput
-from sweeps.execution.tuning import control, livestatus, session
-from sweeps.execution.tuning.progress import Progress
+from sweeps.execution.run import control, livestatus, session
+from sweeps.execution.run.progress import Progress
 
 
 def _trial(trial_id: str, status: str = "RUNNING") -> SimpleNamespace:

@@ -115,8 +115,8 @@ def test_elastic_random_search_is_not_a_restored_searcher() -> None:
     from ray.tune.search.basic_variant import BasicVariantGenerator
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.execution.tuning.concurrency import Capacity, Census, make_elastic
-    from sweeps.execution.tuning.searchers import is_restored
+    from sweeps.execution.run.assembly import is_restored
+    from sweeps.execution.run.concurrency import Capacity, Census, make_elastic
 
     class Fixed(Capacity):
         def _compute(self) -> int:  # what the live cluster would say; no Ray here
@@ -291,9 +291,9 @@ def test_a_restored_elastic_searcher_reads_the_census_the_resumed_run_feeds() ->
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from sweeps.execution.resources import plan as plan_mod
-    from sweeps.execution.tuning import session
-    from sweeps.execution.tuning.callbacks import watchers
-    from sweeps.execution.tuning.concurrency import Capacity, Census, make_elastic
+    from sweeps.execution.run import session
+    from sweeps.execution.run.callbacks import watchers
+    from sweeps.execution.run.concurrency import Capacity, Census, make_elastic
     from sweeps.ops.prepare import prepare
 
     class Fixed(Capacity):
@@ -331,8 +331,8 @@ def test_a_paused_trial_is_resumed_only_while_the_cluster_has_room_for_it() -> N
     import ray.cloudpickle
     from ray.tune.schedulers import FIFOScheduler
 
-    from sweeps.execution.tuning.concurrency import Capacity, capacity_gate
-    from sweeps.execution.tuning.wrappers import sweep_scheduler
+    from sweeps.execution.run.concurrency import Capacity, capacity_gate
+    from sweeps.execution.run.wrappers import sweep_scheduler
 
     class Fixed(Capacity):
         def _compute(self) -> int:

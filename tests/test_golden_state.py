@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from sweeps.execution.levers import core, scheduler_state
-from sweeps.execution.run import recovery
-from sweeps.execution.tuning import schedstate
+from sweeps.execution.run import recovery, schedstate
 
 GOLDEN = Path(__file__).parent / "golden"
 SETS = sorted((v.name, e.name) for v in GOLDEN.iterdir() if v.is_dir() for e in v.iterdir() if e.is_dir())

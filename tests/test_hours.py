@@ -13,8 +13,8 @@ import pickle
 import pytest
 
 from sweeps.config.spec import BudgetCfg
-from sweeps.execution.tuning import hours
-from sweeps.execution.tuning.stall import Watch
+from sweeps.execution.run import hours
+from sweeps.execution.run.stall import Watch
 
 
 def ledger(cpu_hours: float | None = None, prior: tuple[float, float] = (0.0, 0.0),
@@ -96,7 +96,7 @@ def test_an_extension_prices_its_next_trial_from_the_sweeps_own_hours(tmp_path, 
     from types import SimpleNamespace
 
     from sweeps import store
-    from sweeps.execution.tuning.callbacks import trial_seconds
+    from sweeps.execution.run.callbacks import trial_seconds
 
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
     assert store.latest_for("quickstart") is None, "no finished sweep of the experiment to go by"

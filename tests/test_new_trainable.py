@@ -155,7 +155,7 @@ def test_new_from_rays_linear_example_writes_a_config_that_passes_its_own_checks
 def test_a_report_without_the_sweep_metric_stops_every_trial_and_names_the_override() -> None:
     import ray.cloudpickle
 
-    from sweeps.execution.tuning import firstreport, session
+    from sweeps.execution.run import firstreport, session
 
     session.start("s1")
     firstreport.arm()

@@ -159,10 +159,11 @@ def _runs(rec: dict, status: str | None = None) -> list:
 
 EXTEND_INTERRUPTED = textwrap.dedent("""
     import sys
-    from sweeps.execution.tuning import tuner
+    from sweeps.execution.run import assembly
+
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    tuner.build_tuner = interrupted  # Ctrl-C while the extension starts, before Tune saved any state
+    assembly.new_tuner = interrupted  # Ctrl-C while the extension starts, before Tune saved any state
     from sweeps.cli.main import main
     sys.exit(main(["extend", sys.argv[1], "--more-trials", "1"]))
 """)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sweeps.execution.tuning import budget, session, wrappers
+from sweeps.execution.run import budget, session, wrappers
 
 
 def _grid(limit: int | None, tmp_path: Path) -> object:
@@ -79,26 +79,29 @@ def test_the_sweeps_stopper_stops_every_trial_once_its_clock_is_spent_also_after
 
     name = "s-budget"
     live = session.start(name)
-    live.extras["clock"] = budget.Clock(100.0, before_s=0.0)
+    live.clock = budget.Clock(100.0, before_s=0.0)
     stopper = budget.sweep_stopper(name, Inner())
     assert not stopper.stop_all() and stopper("t", {"training_iteration": 3})
     restored = cloudpickle.loads(cloudpickle.dumps(stopper))  # Tuner.restore: the resuming run's session decides
-    session.start(name).extras["clock"] = budget.Clock(100.0, before_s=99.0, now=0.0)
+    session.start(name).clock = budget.Clock(100.0, before_s=99.0, now=0.0)
     assert restored.stop_all(), "the sweep counted 99 s before and the resumed run more: spent"
     session.start(name)
     assert not restored.stop_all(), "no clock (no budget): never"
 
 
 def test_resume_and_extend_carry_the_seconds_the_sweep_counted() -> None:
-    from sweeps.execution.tuning import callbacks
+    from sweeps.execution.run import callbacks
 
     name = "s-carry"
-    session.start(name).extras["clock"] = budget.Clock(600.0)
-    rec = SimpleNamespace(running_s=None, wall_s=120.0)  # an older record: its wall time
-    callbacks.carry_budget(name, rec)  # type: ignore[arg-type]
-    assert session.session(name).extras["clock"].before_s == 120.0
-    callbacks.carry_budget(name, SimpleNamespace(running_s=90.0, wall_s=120.0))  # type: ignore[arg-type]
-    assert session.session(name).extras["clock"].before_s == 90.0
+    session.start(name).clock = budget.Clock(600.0)
+    from sweeps.store import SweepRecord
+
+    rec = SweepRecord("s", "e", 0.0, "interrupted", "", [], "", wall_s=120.0)  # an older record: its wall time
+    callbacks.carry_budget(name, rec.counted_s)
+    assert session.session(name).clock.before_s == 120.0
+    callbacks.carry_budget(name, SweepRecord("s", "e", 0.0, "interrupted", "", [], "", running_s=90.0,
+                                             wall_s=120.0).counted_s)
+    assert session.session(name).clock.before_s == 90.0
 
 
 def test_resume_limits_tunes_pending_trials_as_the_first_run_does(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,12 +124,12 @@ def _trial(trial_id: str, status: str, lr: float, value: float | None, iteration
 
 
 def test_the_status_line_and_the_live_status_of_an_extension_count_and_rank_every_trial(tmp_path: Path) -> None:
-    from sweeps.execution.tuning import livestatus
-    from sweeps.execution.tuning.progress import Progress, progress_callback
+    from sweeps.execution.run import livestatus
+    from sweeps.execution.run.progress import Progress, progress_callback
 
     name = "s-ext1"
     live = session.start(name)
-    live.extras["earlier_trials"] = [_trial("a", "TERMINATED", 0.05, 1.007), _trial("b", "TERMINATED", 0.02, 0.5, 2),
+    live.earlier_trials = [_trial("a", "TERMINATED", 0.05, 1.007), _trial("b", "TERMINATED", 0.02, 0.5, 2),
                                      _trial("c", "RUNNING", 0.01, 0.1, 1)]  # c: an abandoned (unrestorable) run's
     progress = Progress("score", "max", 2, 6, str(tmp_path / "log.jsonl"))
     now = [_trial("d", "RUNNING", 0.03, 0.705, 2)]
@@ -135,7 +138,7 @@ def test_the_status_line_and_the_live_status_of_an_extension_count_and_rank_ever
     assert progress.best is not None and progress.best[:2] == (1.007, "a"), "the best before the extension"
     line = progress.line([t.status for t in [*session.earlier(name), *now]], progress.early(session.earlier(name)))
     assert line.startswith("trials: 1 running, 2 done (1 stopped early), 0 failed"), line
-    live.extras["planned"] = 4
+    live.planned = 4
     record = livestatus._LiveRecord(name, "s", str(tmp_path / name), {"CPU": 1.0}, progress, 2)
     status = record.status(now)
     assert status["trials"] == {"running": 1, "waiting": 0, "done": 1, "stopped_early": 1, "failed": 0,
@@ -144,7 +147,7 @@ def test_the_status_line_and_the_live_status_of_an_extension_count_and_rank_ever
 
 
 def test_an_earlier_experiments_unfinished_trials_do_not_make_a_later_run_interrupted(tmp_path: Path) -> None:
-    from sweeps.execution.tuning import recovery
+    from sweeps.execution.run import recovery
 
     first, second = tmp_path / "s", tmp_path / "s-ext1"
     records = [SimpleNamespace(status="RUNNING", path=str(first / "t1")),
@@ -161,11 +164,11 @@ def test_extend_with_no_saved_scheduler_state_says_so_once(tmp_path: Path, caplo
 
     from ray.tune.schedulers import ASHAScheduler
 
-    from sweeps.execution.tuning import schedstate
-    from sweeps.ops.resume import carry_scheduler
+    from sweeps.execution.run import schedstate
+    from sweeps.execution.run.owner import carry_scheduler
 
     name = "s-ext2"
-    session.start(name).extras["scheduler"] = SimpleNamespace(inner=ASHAScheduler(max_t=6))
+    session.start(name).scheduler = SimpleNamespace(inner=ASHAScheduler(max_t=6))
     (tmp_path / "first").mkdir()  # an earlier experiment that saved no scheduler state
     with caplog.at_level(logging.WARNING):
         carry_scheduler(name, [str(tmp_path / "first")])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.errors import BadInput
-from sweeps.execution.tuning import recovery, schedstate
+from sweeps.execution.run import recovery, schedstate
 
 
 def _trial(trial_id: str, lr: float):  # noqa: ANN202

@@ -540,7 +540,7 @@ def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env
 
 def test_optuna_study_is_kept_in_sqlite_across_nights(sweeps_env: Any) -> None:
     """No Ray cluster: Tune's OptunaSearch as the sweep builds it, fed by hand, then built again."""
-    from sweeps.execution.tuning import tuner
+    from sweeps.execution.tuning import searchers as tuner
     from sweeps.ops import prepare
 
     overrides = ["+experiment=digits_optuna", "++schedule.name=nightly"]

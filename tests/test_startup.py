@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from sweeps.execution.run import startup
 from sweeps.execution.train import startup as trial_side
-from sweeps.execution.tuning import startup
 from sweeps.reports import startup as report_side
 from sweeps.reports.results import TrialRecord
 from sweeps.reports.summary import collect
@@ -193,7 +193,7 @@ def test_the_report_reads_every_start_of_a_run_that_restarted(tmp_path) -> None:
 
 
 def test_the_hours_ledger_keeps_sums_for_ended_trials_not_their_figures() -> None:
-    from sweeps.execution.tuning.hours import Ledger
+    from sweeps.execution.run.hours import Ledger
 
     ledger = Ledger("s")
     for i in range(100):
@@ -209,7 +209,7 @@ def test_the_hours_ledger_keeps_sums_for_ended_trials_not_their_figures() -> Non
 
 
 def test_the_stall_watch_forgets_ended_trials() -> None:
-    from sweeps.execution.tuning.stall import Watch, watchdog_callback
+    from sweeps.execution.run.stall import Watch, watchdog_callback
 
     watch = Watch("s", {"CPU": 1.0}, None)
     cb = watchdog_callback(watch)

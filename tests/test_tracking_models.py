@@ -188,7 +188,9 @@ def test_each_trial_ends_with_its_best_checkpoint_as_a_model_that_says_how_it_en
     t.note_tags("stopped", {"sweeps.stopped_by": "ops@host", "sweeps.stopped_at": "1"})
     for tid in ("full", "short", "nockpt", "stopped"):
         t.on_trial_complete(9, [], trials[tid])
+        assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     t.on_trial_error(9, [], trials["broke"])
+    assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     t.close_open()
 
     full = _model(c, exp, "full")
@@ -228,6 +230,7 @@ def test_a_bad_or_missing_checkpoint_costs_its_own_trial_a_model_and_nothing_els
     with caplog.at_level(logging.WARNING):
         for trial in trials:
             t.on_trial_complete(2, trials, trial)
+            assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
         t.close_open()
     assert time.monotonic() - started < 30
     assert not t.finals
@@ -256,6 +259,7 @@ def test_a_pbt_models_donor_is_the_one_its_scoring_checkpoint_descends_from(tmp_
     _report(t, trial, 0.7, 3, ts=NOW + 150)
     t.note_tags("r", {"sweeps.donor": "b"})  # the live path: lineage tagged on the run at once
     t.on_trial_complete(4, [trial], trial)
+    assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     model = _model(c, exp, "r")
     assert model.tags[models.TAG_DONOR] == "a" and model.tags[models.TAG_STEP] == "2"
     run = _run(c, exp, "r")
@@ -280,6 +284,7 @@ def test_a_resumed_trial_keeps_its_better_checkpoint_from_before_the_stop(tmp_pa
     resumed.on_trial_start(0, [trial], trial)
     _report(resumed, trial, 0.6, 3, ts=time.time() + 5)
     resumed.on_trial_complete(4, [trial], trial)
+    assert resumed.uploads.wait(60), "the model uploads (off Tune's loop) end"
     model = _model(c, exp, "t")
     assert model.tags[models.TAG_CKPT].endswith("checkpoint_000001") and model.tags[models.TAG_STEP] == "1"
     assert {x.key: x.value for x in model.metrics}["val/acc"] == 0.9
@@ -294,6 +299,7 @@ def test_confirmation_trials_models_say_so_and_stay_out_of_the_ranking(tmp_path:
     t.on_trial_start(0, [trial], trial)
     _report(t, trial, 0.5, 1)
     t.on_trial_complete(2, [trial], trial)
+    assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     model = _model(c, exp, "conf")
     assert (model.tags[models.TAG_KIND], model.tags[models.TAG_CONFIRM]) == ("confirm", "true")
     assert models.of_sweep(c, exp, SWEEP) == {} and models.rank(c, exp, SWEEP, ["conf"]) is None
@@ -312,8 +318,10 @@ def test_the_tracker_forgets_a_trial_once_its_run_has_ended(tmp_path: Path) -> N
     assert len(t.book) == 6 and len(t.runs) == 6
     for trial in trials[:5]:
         t.on_trial_complete(2, trials, trial)
+        assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     assert set(t.runs) == {"m5"} and set(t.buffers) <= {"m5"} and set(t.noted) == {"m5"} and len(t.book) == 1
     t.on_trial_error(2, trials, trials[5])
+    assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
     assert not (t.runs or t.buffers or t.noted or t.finals or len(t.book))
     t.close_open()
     assert len(c.search_logged_models([exp])) == 6

@@ -146,7 +146,7 @@ def test_the_stall_story_reads_rays_private_tables_only_on_a_checked_ray(
     """The watchdog's explanation on a real (in-process) Ray: free resources per node come from a GCS table
     behind ``ray._private``, so on an unchecked Ray they read '?' while the public parts (nodes, placement
     groups) stay."""
-    from sweeps.execution.tuning import stall
+    from sweeps.execution.run import stall
 
     watch = stall.Watch("sw", {"CPU": 2.0}, None)
     checked = stall.explain(watch, [])

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-PROGRESS_LOGGER = "sweeps.progress"  # sweeps.execution.tuning.progress logs the status line here
+PROGRESS_LOGGER = "sweeps.progress"  # sweeps.execution.run.progress logs the status line here
 PREFIX = "[sweeps] "
 
 

@@ -17,7 +17,6 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config.spec import BudgetCfg, SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.tuning import session
 from sweeps.ops.heartbeat import Heartbeat, refuse_if_live
 from sweeps.ops.signals import Signals
 
@@ -75,7 +74,7 @@ def points_space(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_k: int, seeds: int) -> Confirmed:
     """Run the re-runs (Ray must be up) and record their intervals."""
-    from sweeps.execution.tuning.tuner import build_tuner
+    from sweeps.execution.run.owner import Run
     from sweeps.reports.confirmed import intervals, winner_note
     from sweeps.reports.results import load_records
     from sweeps.tracking.parent import make_tracker
@@ -88,14 +87,14 @@ def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_
     name = f"{rec.sweep_id}-confirm{len(rec.confirm_dirs) + 1}"
     rec = store.update(rec.sweep_id, confirm_dirs=[*rec.confirm_dirs, uris.join(spec.storage_path, name)])
     tracker = make_tracker(cspec, rec, confirm=True)
-    tuner = build_tuner(cspec, plan, rec.sweep_id, [tracker], points=points, num_samples=len(points), name=name)
-    signals = Signals()
+    run = Run.new(cspec, plan, rec.sweep_id, [tracker], points=points, num_samples=len(points), name=name)
+    signals = Signals(interrupt=run.interrupt)
     try:
-        with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id):
-            tuner.fit()
+        with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id, also=run.beat):
+            run.fit()
     finally:
         tracker.close_open("KILLED")
-        session.end(name)
+        run.end()
     found = intervals(load_records(rec.confirm_dirs, rec.metric, rec.mode), rec.metric, rec.mode)
     note = winner_note(found, (rec.best or {}).get("params"))
     rows = [{"digest": i.digest, "params": i.params, "n": i.n, "mean": i.mean, "std": i.std, "low": i.low,

@@ -140,7 +140,7 @@ def check_loopback() -> Check:
 
 def check_state_api(address: str) -> Check:
     """A remote cluster's State API (the dashboard): Train's own cleaner needs it; the sweep does not."""
-    from sweeps.execution.resources import remote
+    from sweeps.execution.cluster import remote
     from sweeps.execution.warmstart import warm
 
     answers, detail = remote.state_api(address, warm.levers(local=False).lean)

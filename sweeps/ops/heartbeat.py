@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from sweeps import lease, store
@@ -45,8 +46,10 @@ class Heartbeat:
     """Renews this driver's lease every ``lease.LEASE_S / 4`` seconds until stopped (a context manager), and samples
     its memory for the sweep's peak (:func:`sweeps.execution.cluster.memory.sample`)."""
 
-    def __init__(self, sweep_id: str, client: Any = None, parent_run_id: str = "") -> None:
+    def __init__(self, sweep_id: str, client: Any = None, parent_run_id: str = "",
+                 also: Callable[[], None] | None = None) -> None:
         self.sweep_id, self.client, self.parent_run_id = sweep_id, client, parent_run_id
+        self.also = also  # the run's own beat: the lease in its live status, writes that failed retried
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sweeps-lease-{sweep_id}", daemon=True)
 
@@ -62,7 +65,13 @@ class Heartbeat:
             try:
                 self.beat()
             except Exception as exc:  # a missed beat is retried; the lease outlives three of them
-                log.debug("lease renewal failed: %s", exc)
+                log.warning("could not renew the driver's lease in the sweep's record (%s); retried in %.0f s",
+                            exc, lease.LEASE_S / 4)
+            if self.also is not None:
+                try:
+                    self.also()
+                except Exception as exc:  # its own writes are guarded: this is a bug, said, never fatal
+                    log.warning("the run's heartbeat failed (%s: %s)", type(exc).__name__, exc)
 
     def __enter__(self) -> Heartbeat:
         try:

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.cluster import raystart, versions
-from sweeps.execution.resources import plan, remote, storage
+from sweeps.execution.cluster import raystart, remote, versions
+from sweeps.execution.resources import plan, storage
 from sweeps.execution.tuning import keeper
 from sweeps.ops.signals import shielded
 from sweeps.tracking import client as mc

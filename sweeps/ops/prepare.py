@@ -13,7 +13,8 @@ from sweeps.config.contract import check_trainable, describe
 from sweeps.config.spec import SweepSpec
 from sweeps.config.targets import check_arguments
 from sweeps.errors import BadInput
-from sweeps.execution.resources import plan, remote
+from sweeps.execution.cluster import remote
+from sweeps.execution.resources import plan
 from sweeps.ops import project
 
 

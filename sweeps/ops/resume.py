@@ -36,12 +36,10 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
 
     Finished trials are kept; unfinished ones continue from their last checkpoint; errored ones are
     resumed from their last checkpoint when ``retry_errored``. The searcher's state is restored by Tune, the
-    scheduler's by the sweep (:mod:`sweeps.execution.tuning.schedstate`).
+    scheduler's by the sweep (:mod:`sweeps.execution.run.schedstate`).
     """
-    from ray import tune
-
-    from sweeps.execution.tuning import callbacks, keeper, recovery, session
-    from sweeps.execution.tuning import tuner as tuner_mod
+    from sweeps.execution.run import recovery
+    from sweeps.execution.run.owner import Run, can_restore
 
     rec = store.load(sweep_id)
     exp_dir = rec.experiment_dirs[-1]
@@ -51,40 +49,27 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
                        f"{rec.sweep_id} --more-trials N` to add trials, or --retry-errored to rerun errored ones")
     spec = spec_for(rec, extra or [])
     notes = recovery.repair(exp_dir, rec.sweep_id)  # the last good copy back, or one line saying why not (exit 2)
-    if not tune.Tuner.can_restore(exp_dir):
+    if not can_restore(exp_dir):
         raise BadInput(recovery.way_out(rec.sweep_id, f"no resumable Tune state in {exp_dir} (the driver died "
                                                       f"before Tune saved its first snapshot)"))
+    lost = [n for n in notes if n.startswith(recovery.CALLBACK_PREFIX) and "no good copy" in n]
     with launched(spec) as (the_plan, c):
         _reopen_parent(c, rec)
         rec = claim(rec.sweep_id, status="running", live_state="")
-        # A killed driver's last saved state may name a latest checkpoint that Tune deleted after saving it.
-        keeper.restore_kept(exp_dir)
-        tracker = runner.make_tracker(spec, rec)
-        # The restored Tuner's callbacks are handles (sweeps.execution.tuning.session): registered here first,
-        # the tracker (same parent run), the status line, the watchdog and the budgets (the hours and seconds
-        # the sweep counted so far: a budget is the sweep's, across resume and extend) are this run's.
-        run_name = uris.basename(exp_dir)
-        tuner_mod.limit_pending(the_plan)  # as the first run did: Tune queues no more trials than run at once
-        callbacks.register(spec, the_plan, rec.sweep_id, run_name, [tracker])
-        callbacks.carry_budget(run_name, rec)
-        extras = session.session(run_name).extras
-        extras["resumed"] = True  # the scheduler's saved state comes back
-        extras["earlier_trials"] = earlier_trials(rec.experiment_dirs[:-1])  # an interrupted extension's
-        lost = [n for n in notes if n.startswith(recovery.CALLBACK_PREFIX) and "no good copy" in n]
-        if lost:
-            extras["scheduler_lost"] = "its saved state was damaged and no good copy was kept"
-        tuner = tune.Tuner.restore(exp_dir, trainable=tuner_mod.trainable(spec, rec.sweep_id),
-                                   resume_unfinished=True, resume_errored=retry_errored, restart_errored=False)
+        tracker = runner.make_tracker(spec, rec)  # the same parent run: the trials' runs are reused
+        run = Run.restore(spec, the_plan, rec.sweep_id, rec.experiment_dirs, [tracker], counted_s=rec.counted_s,
+                          retry_errored=retry_errored,
+                          scheduler_lost="its saved state was damaged and no good copy was kept" if lost else None)
         log.info("resuming sweep %s from %s", rec.sweep_id, exp_dir)
-        return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+        return runner.fit_and_finish(spec, rec, run, tracker, c)
 
 
 def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> runner.Outcome:
     """Add ``more_trials`` trials to a finished sweep, suggested by its restored searcher and judged by its
     scheduler's state. An interrupted sweep whose Tune state cannot be restored (damaged, no good copy) is
     extended too: that is its way out (its damaged files are set aside, its trials stay in its results)."""
-    from sweeps.execution.tuning import callbacks, recovery, session
-    from sweeps.execution.tuning import tuner as tuner_mod
+    from sweeps.execution.run import recovery
+    from sweeps.execution.run.owner import Run
 
     if more_trials < 1:
         raise BadInput(f"--more-trials: must be >= 1, got {more_trials}")
@@ -110,14 +95,11 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
             _reopen_parent(c, rec)
             rec = claim(rec.sweep_id, status="running", live_state="", experiment_dirs=[*rec.experiment_dirs, new_dir])
             tracker = runner.make_tracker(spec, rec)
-            tuner = tuner_mod.build_tuner(spec, the_plan, rec.sweep_id, [tracker], searcher=searcher,
-                                          num_samples=more_trials, name=name, max_trials=more_trials)
-            carry_scheduler(name, rec.experiment_dirs[:-1])
-            callbacks.carry_budget(name, rec)
-            session.session(name).extras["planned"] = len(session.earlier(name)) + more_trials
+            run = Run.extend(spec, the_plan, rec.sweep_id, rec.experiment_dirs, [tracker], searcher=searcher,
+                             more_trials=more_trials, counted_s=rec.counted_s)
             log.info("extending sweep %s by %d trial(s) (%s searcher restored from %s)", rec.sweep_id,
                      more_trials, spec.searcher_name, rec.experiment_dirs[-2])
-            return runner.fit_and_finish(spec, rec, tuner, tracker, c)
+            return runner.fit_and_finish(spec, rec, run, tracker, c)
         finally:
             _roll_back_unstarted(before, new_dir, c)
 
@@ -147,13 +129,9 @@ def _searcher(spec: Any, experiment_dirs: list[str], generation: int) -> Any:
 
 def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> None:
     """An extension stopped before Tune saved any state leaves the sweep as it was: finished, extendable."""
-    from ray import tune
+    from sweeps.execution.run.owner import can_restore
 
-    try:
-        started = tune.Tuner.can_restore(new_dir)
-    except Exception:  # an unreadable folder holds no Tune state either
-        started = False
-    if started:
+    if can_restore(new_dir):
         return
     store.update(before.sweep_id, status=before.status, experiment_dirs=before.experiment_dirs,
                  lease_expires=None)
@@ -163,39 +141,3 @@ def _roll_back_unstarted(before: store.SweepRecord, new_dir: str, c: Any) -> Non
         log.warning("MLflow: could not close the parent run again (%s); `sweeps sync` does", exc)
     log.warning("the extension of %s stopped before it started a trial; the sweep is unchanged (status %s)",
                 before.sweep_id, before.status)
-
-
-def earlier_trials(experiment_dirs: list[str]) -> list[Any]:
-    """Tune's trials of the sweep's earlier experiments (each over: a trial a scheduler left PAUSED counts as
-    TERMINATED, as the reports count it), read from their saved states; an unreadable one is left out, said."""
-    from ray.tune import ExperimentAnalysis
-
-    out: list[Any] = []
-    for experiment_dir in experiment_dirs:
-        try:
-            trials = ExperimentAnalysis(experiment_dir).trials
-        except Exception as exc:  # a damaged or missing state: those trials are not counted here
-            log.warning("could not read the trials of %s (%s): the status line and the scheduler leave them out",
-                        experiment_dir, exc)
-            continue
-        for t in trials:
-            if t.status == "PAUSED":
-                t.set_status("TERMINATED")
-        out.extend(trials)
-    return out
-
-
-def carry_scheduler(name: str, earlier_dirs: list[str]) -> None:
-    """``extend``: the new run's scheduler starts from the state the sweep's last run saved, with the trials of
-    every earlier experiment (the state names them by id: an earlier extension's state names the first run's
-    trials too), so the added trials are judged against the trials already run."""
-    from sweeps.execution.tuning import schedstate, session
-
-    extras = session.session(name).extras
-    state = schedstate.saved_state(earlier_dirs)
-    extras["scheduler_from"] = state
-    extras["earlier_trials"] = earlier_trials(earlier_dirs)
-    inner = getattr(extras.get("scheduler"), "inner", None)
-    if state is None and inner is not None and type(inner).__name__ not in schedstate.STATELESS:
-        log.warning("%s", schedstate.differs(type(inner).__name__, "the sweep's earlier runs saved no scheduler "
-                                                                   "state", run="the extension"))

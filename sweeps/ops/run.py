@@ -18,7 +18,8 @@ from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.cluster import loopback, memory
 from sweeps.execution.resources.plan import per_trial
-from sweeps.execution.tuning import livestatus, recovery, session
+from sweeps.execution.run import livestatus, recovery
+from sweeps.execution.run.owner import Run
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
 from sweeps.ops.launch import launched, stop_ray_while
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
@@ -36,7 +37,7 @@ class Outcome:
     record: store.SweepRecord
     summary: summary.Summary
     interrupted: bool = False
-    stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.tuning.stall)
+    stalled: str | None = None  # why the stall watchdog stopped the sweep (sweeps.execution.run.stall)
     missing_metric: str | None = None  # why a report without the sweep's metric ended it (execution.firstreport)
     report_paths: list[str] = field(default_factory=list)
     promotion: str | None = None
@@ -82,8 +83,8 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
             previous: str | None = None, points: list[dict[str, Any]] | None = None,
             searcher_state_dir: str | None = None) -> Outcome:
     """Run a validated sweep end to end."""
+    from sweeps.execution.run.owner import Run
     from sweeps.execution.tuning.searchers import restored_searcher
-    from sweeps.execution.tuning.tuner import build_tuner
 
     with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
@@ -98,11 +99,11 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
             searcher = None
             if searcher_state_dir:
                 searcher = restored_searcher(spec, 0, searcher_state_dir, points)
-            tuner = build_tuner(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
+            run = Run.new(spec, the_plan, sweep_id, [tracker], points=points, searcher=searcher)
         except BaseException as exc:
             abandon(c, rec, exc)
             raise
-        return fit_and_finish(spec, rec, tuner, tracker, c, the_plan)
+        return fit_and_finish(spec, rec, run, tracker, c, the_plan)
 
 
 def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
@@ -119,17 +120,16 @@ def abandon(c: Any, rec: store.SweepRecord, exc: BaseException) -> None:
         log.warning("MLflow: could not close the parent run %s (%s)", rec.parent_run_id, err)
 
 
-def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker: Any, c: Any,
+def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, run: Run, tracker: Any, c: Any,
                    plan: Any = None) -> Outcome:
     """Fit; whatever happens, leave every MLflow run final and the index record honest. With ``plan`` and
     ``confirm.enabled``, re-run the top configurations with fresh seeds before the report and promotion."""
     t0 = time.monotonic()
     status, interrupted = "failed", False
-    run_name = uris.basename(rec.experiment_dirs[-1])  # the Tune run: its session holds what the run saw
-    signals = Signals(on_stop=lambda: setattr(tracker, "drain_s", STOP_DRAIN_S))
+    signals = Signals(on_stop=lambda: setattr(tracker, "drain_s", STOP_DRAIN_S), interrupt=run.interrupt)
     try:
-        with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id):
-            tuner.fit()
+        with signals, Heartbeat(rec.sweep_id, c, rec.parent_run_id, also=run.beat):
+            run.fit()
         interrupted = signals.interrupted
         status = "interrupted" if interrupted else "finished"
     except KeyboardInterrupt:
@@ -144,7 +144,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
             summ = summary.collect(records_, spec.sweep.metric, spec.sweep.mode, top_k=spec.report.top_k,
                                    max_epochs=spec.trainable.epochs, wall_s=wall, slots=rec.slots,
                                    cpus_per_trial=cpus, gpus_per_trial=gpus)
-            seen = session.outcome(run_name)  # its running_s: what the time budget counted, pauses left out
+            seen = run.outcome()  # its running_s: what the time budget counted, pauses left out
             budget_hit = spec.sweep.time_budget_s is not None and (seen.running_s or wall) >= spec.sweep.time_budget_s
             if status == "finished" and recovery.unfinished_in(records_, rec.experiment_dirs[-1]) and not budget_hit:
                 interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
@@ -161,7 +161,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, tuner: Any, tracker:
                 _tag_error(c, rec, lacking)
             rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, seen.hours,
                                 _front(spec, records_), seen.running_s)
-            session.end(run_name)
+            run.end()
             _rank_models(c, rec, summ)
     out = Outcome(record=rec, summary=summ, interrupted=interrupted, stalled=stuck if interrupted else None,
                   missing_metric=lacking)

@@ -42,10 +42,13 @@ def _take_sigterm() -> bool:
 class Signals(logging.Handler):
     """Notices Tune's own Ctrl-C handling (a log line), turns SIGTERM into the same, and calls ``on_stop``."""
 
-    def __init__(self, on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_stop: Callable[[], None] | None = None,
+                 interrupt: Callable[[], bool] | None = None) -> None:
         super().__init__(level=logging.WARNING)
         self.interrupted = False
         self.on_stop = on_stop
+        self.interrupt = interrupt  # ends Tune's loop as Ctrl-C does, without a signal; False where it cannot
+        self.termed = False
 
     def _stopping(self) -> None:
         if not self.interrupted and self.on_stop is not None:
@@ -57,8 +60,12 @@ class Signals(logging.Handler):
             self._stopping()
 
     def _term(self, *_: object) -> None:
+        again, self.termed = self.termed, True
         self._stopping()
-        os.kill(os.getpid(), signal.SIGINT)  # Tune's handler: a graceful stop, then a hard one
+        if again and self.interrupt is not None:
+            raise KeyboardInterrupt  # a second SIGTERM while Tune stops: its last checkpoint is skipped
+        if self.interrupt is None or not self.interrupt():
+            os.kill(os.getpid(), signal.SIGINT)  # Tune's handler: a graceful stop, then a hard one
 
     def __enter__(self) -> Signals:
         self.took = _take_sigterm()

@@ -2,7 +2,7 @@
 and the sweep's slot-seconds split into starting, waiting and training (:meth:`Summary.split`).
 
 The stages are the ``startup/<stage>_s`` metrics the orchestrator logged on each trial's run
-(:mod:`sweeps.execution.tuning.startup`): read back from MLflow, the store users look at, every start of every
+(:mod:`sweeps.execution.run.startup`): read back from MLflow, the store users look at, every start of every
 trial (a run's latest values are its only start unless it carries ``startup/restart``: those runs' starts are
 read from their metric history). When MLflow cannot be read, the trials' own results (every start) stand in,
 and the section says so.
@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sweeps.execution.tuning.startup import RESTART, STAGES, TOTAL, metric
+from sweeps.execution.run.startup import RESTART, STAGES, TOTAL, metric
 from sweeps.reports.outline import Section, Table, fmt
 from sweeps.reports.summary import Summary
 from sweeps.store import SweepRecord

@@ -223,9 +223,9 @@ def collect(
 
 def _starts(records: Iterable[TrialRecord]) -> dict[str, Any]:
     """``start_s_total`` and ``starts_measured``: every start's first result holds ``startup/total_s``
-    (sweeps.execution.tuning.startup); its starting seconds leave out the first epoch (training) and the
+    (sweeps.execution.run.startup); its starting seconds leave out the first epoch (training) and the
     placement-group wait (waiting for room)."""
-    from sweeps.execution.tuning.startup import TOTAL, metric
+    from sweeps.execution.run.startup import TOTAL, metric
 
     seconds = [h[TOTAL] - h.get(metric("first_epoch"), 0.0) - h.get(metric("pg_wait"), 0.0)
                for r in records for h in r.history if TOTAL in h]

@@ -91,6 +91,7 @@ class _Tracker(Endings):
         state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
         state["secrets"] = set()  # no secret at rest: a restored tracker is replaced by a fresh one (resume)
         state["_fs"] = None
+        state["_uploads"] = None  # a thread and its queue: the tracker that runs makes its own
         return state
 
     @property

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -269,10 +270,21 @@ class CallTimer:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self._lock = threading.Lock()  # the model uploads' thread counts its calls too (sweeps.tracking.uploads)
+        self._t = threading.local()
+
+    def __getstate__(self) -> dict[str, float]:
+        return {"seconds": self.seconds}
+
+    def __setstate__(self, state: dict[str, float]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self.seconds = state.get("seconds", 0.0)
 
     def __enter__(self) -> CallTimer:
-        self._t = time.perf_counter()
+        self._t.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seconds += time.perf_counter() - self._t
+        took = time.perf_counter() - self._t.start
+        with self._lock:
+            self.seconds += took

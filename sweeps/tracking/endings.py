@@ -19,6 +19,7 @@ from sweeps import uris
 from sweeps.config import redaction
 from sweeps.tracking.bestbook import Kept
 from sweeps.tracking.client import set_tags
+from sweeps.tracking.uploads import Ending, Uploads
 from sweeps.trials import error_text, trial_location
 
 log = logging.getLogger(__name__)
@@ -98,17 +99,43 @@ class Endings:
                 with self.timer:
                     if error is not None:
                         self._log_error(run_id, error)
-                    if ckpt and self.log_checkpoints:
-                        self._keep_model(trial, run_id, status, tags, ckpt)
-                    set_tags(self.client, run_id, tags)
-                    self.client.set_terminated(run_id, status=status)
-                self.opened.discard(run_id)
+                    if not (ckpt and self.log_checkpoints):
+                        self._end_run(run_id, status, tags)
+                if ckpt and self.log_checkpoints:  # the upload leaves Tune's loop (sweeps.tracking.uploads)
+                    self.uploads.submit(self._ending(trial, run_id, status, tags, ckpt))
                 del self.finals[tid]
                 self.forget(tid)
             except Exception as exc:
                 log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
                 return False
         return True
+
+    def _end_run(self, run_id: str, status: str, tags: dict[str, str]) -> None:
+        set_tags(self.client, run_id, tags)
+        self.client.set_terminated(run_id, status=status)
+        self.opened.discard(run_id)
+
+    @property
+    def uploads(self) -> Uploads:
+        if getattr(self, "_uploads", None) is None:
+            self._uploads = Uploads()
+        return self._uploads
+
+    def _ending(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> Ending:
+        """The run's ending with its model, written by the uploads' thread; cut short: without it, said."""
+        def write() -> None:
+            with self.timer:
+                self._keep_model(trial, run_id, status, tags, best)
+                self._end_run(run_id, status, tags)
+
+        def cut_short() -> None:
+            why = (f"the sweep ended before the upload of the best checkpoint finished; `python -m sweeps sync "
+                   f"{self.sweep_id}` keeps it")
+            log.warning("trial %s: %s", trial.trial_id, why)
+            with self.timer:
+                self._end_run(run_id, status, {**tags, "sweeps.model_error": why[:500]})
+
+        return Ending(run_id, write, cut_short)
 
     def forget(self, trial_id: str) -> None:
         """Drop what the tracker held for a trial whose run has ended (its run id, buffer, best checkpoint)."""
@@ -171,7 +198,12 @@ class Endings:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.flush(force=True) and not self.finals:
-                return True
+                if self.uploads.wait(max(deadline - time.monotonic(), 0.0)):
+                    return True
+                left = self.uploads.cut_short()
+                log.warning("%d model upload(s) did not finish within %.0f s; their runs ended without the model",
+                            left, timeout_s)
+                return False
             if time.monotonic() > deadline:
                 left = sum(map(len, self.buffers.values()))
                 log.warning("MLflow still unreachable: %d metric value(s) and %d run ending(s) not written; "

@@ -1,1 +1,1 @@
-"""Starting or joining Ray: settings, loopback listeners, code shipped to the nodes."""
+"""Starting or joining Ray: settings, loopback listeners, a remote cluster's resources, code shipped to the nodes."""

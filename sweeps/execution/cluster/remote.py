@@ -4,7 +4,7 @@ A cluster may start with a 0-CPU head and no workers (KubeRay, ``ray up``): node
 them. So instead of refusing what the nodes alive at launch cannot hold, the sweep asks the autoscaler for one
 trial's worth (Ray's ``request_resources``) and waits, saying what it waits for, up to
 ``cluster.wait_for_resources_s``. Only a trial that no configured node type (``cluster.node_types``) could ever
-hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.tuning.concurrency`).
+hold is refused before launch. Concurrency then follows the live cluster (:mod:`sweeps.execution.run.concurrency`).
 """
 
 from __future__ import annotations

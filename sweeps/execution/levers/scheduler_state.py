@@ -11,7 +11,7 @@ Fallback: only schedulers with their own ``save``/``restore`` keep their state; 
 The probe does what the sweep will do, for each kind: two real Tune ``Trial`` objects added and reporting, a
 dump, a load into a fresh scheduler with new ``Trial`` objects of the same ids, and the two states compared as
 object graphs (:func:`round_trip`). A dump that fails later anyway (an attribute a sweep's own trials bring) is
-caught where it runs (``sweeps.execution.tuning.schedstate``): one warning, the scheduler starts empty on resume.
+caught where it runs (``sweeps.execution.run.schedstate``): one warning, the scheduler starts empty on resume.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The resource plan: what a trial holds, how many run at once, where results go."""
+"""The resource plan: what a trial holds, how many run at once, where results go (pre-flight checks)."""

@@ -13,7 +13,7 @@ points it passed on the way, under :data:`KEY` (a dict of ``time.time()`` values
   long GCS took to place the worker group's placement group (the wait for room on a busy cluster);
 - ``report`` (the trial driver): the first report left for Tune.
 
-The sweep's driver (:mod:`sweeps.execution.tuning.startup`) turns them into ``startup/<stage>_s`` metrics.
+The sweep's driver (:mod:`sweeps.execution.run.startup`) turns them into ``startup/<stage>_s`` metrics.
 Nothing here imports torch or Ray at module level: it runs in the controller and the workers too.
 """
 

@@ -23,8 +23,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.targets import import_dotted
-from sweeps.execution.train import bridge, stages, startup
-from sweeps.execution.tuning import keeper
+from sweeps.execution.train import bridge, pins, stages, startup
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +223,7 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     trial_id = ctx.get_trial_id()
     stages.stamp(trial_id, "trial_up")
     start = ray.tune.get_checkpoint()
-    seed = keeper.seed_for(start, trial_folder(ctx, setup.storage_path))
+    seed = pins.seed_for(start, trial_folder(ctx, setup.storage_path))
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     channel = bridge.Channel()
     trainer = make_trainer(setup, loop_config(config, setup, start, trial_id, seed, run_name), run_name,

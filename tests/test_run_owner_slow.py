@@ -1,0 +1,223 @@
+"""A running sweep has one owner that stops it without signals and keeps it visibly alive (issue 49).
+
+A host program (a web app, an orchestrator's task) whose main thread has its own SIGINT handler runs sweeps from
+a thread of its own through the Python API; ``sweeps stop``, ``sweeps stop --now`` and the stall watchdog each
+end one of them the way Ctrl-C does (Tune saves its state, the API returns ``interrupted``, ``resume`` goes on),
+and the host's handler never runs. Why its own sweeps: the host process is the subject (no other test runs a sweep
+from a thread of a program with its own handlers), and each stop acts on a sweep while it runs. Slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import mlflow_client, wait_for
+from test_resume_decisions_slow import Project
+
+pytestmark = pytest.mark.slow
+
+HOST = textwrap.dedent('''
+    """A host program: its own SIGINT handler on the main thread, sweeps run from a worker thread."""
+    import json, signal, sys, threading
+
+    import sweeps
+
+    fired = []
+    signal.signal(signal.SIGINT, lambda *_: fired.append("SIGINT"))
+
+
+    def one(call):
+        out = {}
+
+        def work():
+            try:
+                r = call()
+                out.update(status=r.status, code=r.exit_code, reason=r.record.stop_reason, sweep=r.record.sweep_id)
+            except BaseException as exc:  # a SweepInterrupted carries its result
+                r = getattr(exc, "result", None)
+                out.update(raised=type(exc).__name__, status=getattr(r, "status", None),
+                           reason=getattr(getattr(r, "record", None), "stop_reason", None))
+
+        t = threading.Thread(target=work)
+        t.start()
+        while t.is_alive():
+            t.join(0.2)
+        print(json.dumps({**out, "host_sigint": list(fired)}), flush=True)
+
+
+    ARGS = sys.argv[1:]
+    one(lambda: sweeps.run("detloop", ARGS, progress=False))
+    one(lambda: sweeps.resume("latest", progress=False))
+    one(lambda: sweeps.run("detloop", [*ARGS, "trainable.params.epoch_sleep_s=60", "sweep.stall_timeout_s=5",
+                                       "sweep.num_samples=1"], progress=False))
+''')
+ARGS = ["trainable.params.epochs=20", "trainable.params.epoch_sleep_s=0.4", "sweep.max_concurrent_trials=1"]
+
+
+def _status(p: Project) -> dict[str, Any]:
+    out = p.run("status", "latest", "--json", timeout=60)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+class Lines:
+    """The host's output lines, read on a thread of their own (a wait for one never hangs the test)."""
+
+    def __init__(self, host: subprocess.Popen[str]) -> None:
+        import queue
+        import threading
+
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.said: list[str] = []
+        threading.Thread(target=lambda: [self.lines.put(x) for x in host.stdout] + [self.lines.put("")],  # type: ignore[union-attr]
+                         daemon=True).start()
+
+    def result(self, within_s: float = 240.0) -> dict[str, Any]:
+        """The next result line, within ``within_s``: a stop that never stops fails here, not by a hang."""
+        import queue
+        import time
+
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                raise AssertionError(f"the host said no result within {within_s:.0f} s; its last lines:\n"
+                                     + "".join(self.said[-30:])) from None
+            assert line, "the host program ended early:\n" + "".join(self.said[-30:])
+            self.said.append(line)
+            if line.startswith("{"):
+                return json.loads(line)
+
+
+def _running(p: Project, since: float = 0.0) -> bool:
+    s = _status(p)
+    return bool(s) and s.get("state") == "running" and s["trials"].get("running", 0) >= 1 and s["updated"] > since
+
+
+def _answers_once_it_can(p: Project) -> None:
+    """The live folder refuses the answers for a while (a file where the answers' folder goes): a pause request
+    goes unanswered, the sweep goes on (its status stays fresh), and once the folder takes writes again the
+    driver answers it (then an unpause)."""
+    import time
+
+    from sweeps import live
+    from sweeps.errors import SweepsError
+    from sweeps.ops import operate
+
+    exp = p.record()["experiment_dirs"][-1]  # type: ignore[index]
+    answers = Path(live.folder(exp)) / "answers"
+    assert not answers.exists()
+    answers.write_text("not a folder: every answer fails")
+    with pytest.raises(SweepsError, match="did not answer"):
+        operate.send(exp, "pause", wait_s=6)
+    (request,) = (Path(live.folder(exp)) / "requests").glob("*.json")
+    before = _status(p)
+    time.sleep(3)
+    after = _status(p)
+    assert after["state"] in ("running", "paused") and after["updated"] > before["updated"] and after["alive"], after
+    answers.unlink()
+    said = wait_for(lambda: live.read_answer(exp, request.stem), 60, 0.5, "the pause answered once it can")
+    assert said["state"] == "applied", said
+    assert "applied" in p.run("unpause", "latest", timeout=120).stdout
+
+
+def test_stop_stop_now_and_the_stall_watchdog_end_a_sweep_in_a_host_thread_without_signals(tmp_path: Path) -> None:
+    import time
+
+    p = Project(tmp_path)
+    (p.root / "host.py").write_text(HOST)
+    host = subprocess.Popen([sys.executable, "host.py", *ARGS], cwd=p.root, env=p.env.env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines = Lines(host)
+    try:
+        wait_for(lambda: _running(p), 300, 1.0, "the hosted sweep's first trial to run")
+        _answers_once_it_can(p)
+        stop = p.run("stop", "latest", timeout=180)
+        assert stop.returncode == 0 and "applied" in stop.stdout, stop.stdout + stop.stderr
+        first = lines.result()
+        assert first["status"] == "interrupted" and first["reason"] == "stopped" and not first["host_sigint"], first
+        sweep_id = first["sweep"]
+
+        since = time.time()
+        wait_for(lambda: _running(p, since), 300, 1.0, "the resumed sweep's trial to run")
+        now = p.run("stop", "latest", "--now", timeout=180)
+        assert now.returncode == 0 and "applied" in now.stdout, now.stdout + now.stderr
+        second = lines.result()
+        assert second["status"] == "interrupted" and second["reason"] == "stopped", second
+        assert not second["host_sigint"], "the host's SIGINT handler never ran"
+
+        third = lines.result()
+        assert third["status"] == "stalled" and third["code"] == 1 and third["reason"] == "stalled", third
+        assert not third["host_sigint"], "the host's SIGINT handler never ran"
+        host.communicate(timeout=60)
+        assert host.returncode == 0
+
+        rec = json.loads((p.env.home / "sweeps" / f"{sweep_id}.json").read_text())
+        assert rec["status"] == "interrupted" and rec["lease_expires"] is None, rec
+        runs = mlflow_client(p.env.tracking_uri).search_runs([rec["mlflow_experiment_id"]])
+        assert runs and "RUNNING" not in {r.info.status for r in runs}, [r.info.status for r in runs]
+    finally:
+        if host.poll() is None:
+            host.kill()
+        p.env.cleanup()
+
+
+def test_a_slow_artifact_store_holds_neither_the_next_trial_nor_the_drivers_lease(tmp_path: Path) -> None:
+    """Each trial's model upload takes longer than the driver's lease (a proxy holds every artifact upload 10 s;
+    the lease is 8 s): ``status`` says the driver is alive throughout, and the next trial starts while the upload
+    is in flight. Why its own sweep: the artifact store is the subject (a real ``mlflow server`` behind a slow
+    proxy)."""
+    import time
+
+    from conftest import SweepsEnv
+    from slowstore import SlowProxy
+
+    from sweeps.ops import operate
+    from sweeps.tracking import server as mlflow_server
+
+    env = SweepsEnv(tmp_path)
+    (tmp_path / "server").mkdir()
+    srv = mlflow_server.start(f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
+                              artifacts_destination=tmp_path / "server" / "artifacts", log_path=tmp_path / "srv.log")
+    proxy = SlowProxy(srv.url, delay_s=10.0)
+    try:
+        proc = env.popen("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
+                         "sweep.max_concurrent_trials=1", "trainable.num_workers=1", "trainable.params.epochs=2",
+                         "search_space.lr={dist: choice, values: [0.03]}", "report.enabled=false",
+                         f"tracking.uri={proxy.url}", extra_env={"SWEEPS_LEASE_S": "8"})
+        seen: list[tuple[float, str, bool]] = []
+        while proc.poll() is None:
+            found = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
+            if found:
+                exp = json.loads(found[0].read_text())["experiment_dirs"][-1]
+                try:
+                    s = operate.status(exp)
+                except Exception:  # noqa: BLE001 - no status written yet
+                    s = None
+                if s and s["state"] in ("running", "paused", "stopping"):
+                    seen.append((time.time(), s["state"], bool(s["alive"])))
+            time.sleep(0.5)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        assert proc.returncode == 0, out[-4000:]
+        assert proxy.uploads, "the models were uploaded through the slow store"
+        first_upload = min(u[0] for u in proxy.uploads)
+        during = [x for x in seen if x[0] > first_upload]
+        assert during and all(alive for _, _, alive in during), [x for x in seen if not x[2]][:5]
+        rec = json.loads(next((env.home / "sweeps").glob("[!.]*.json")).read_text())
+        c = mlflow_client(srv.url)
+        runs = sorted(c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'"),
+                      key=lambda r: r.info.start_time)
+        assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}, [r.info.status for r in runs]
+        assert all(r.data.tags.get("best_model") for r in runs), "each trial kept its model"
+        assert runs[1].info.start_time < runs[0].info.end_time, \
+            "the next trial started while the first one's model was still uploading"
+    finally:
+        proxy.stop()
+        srv.stop()
+        env.cleanup()
