@@ -120,9 +120,11 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
     """
     from ray.tune import ExperimentAnalysis
 
+    from sweeps.execution.levers.tune_files import STATE_PREFIX
+
     records: list[TrialRecord] = []
     for exp_dir in experiment_dirs:
-        if not any(n.startswith("experiment_state-") for n in uris.listdir(exp_dir)):
+        if not any(n.startswith(STATE_PREFIX) for n in uris.listdir(exp_dir)):
             continue
         fs, _ = uris.filesystem(exp_dir)
         for trial in ExperimentAnalysis(exp_dir).trials:

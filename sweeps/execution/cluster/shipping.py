@@ -28,7 +28,6 @@ ALWAYS = ("sweeps", "trainables")
 # name a package may use for code (``reports`` would drop ``sweeps/reports``, ``checkpoint_*`` a checkpoint_io.py).
 EXCLUDES = ["__pycache__/", "*.pyc", ".git/", ".sweeps/", "checkpoint_*/", "*.egg-info/", ".pytest_cache/",
             ".mypy_cache/", ".ruff_cache/", "*.db", "mlruns/", "mlartifacts/"]
-IN_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's entrypoint: its runtime_env
 # Non-secret settings that Train workers and trial drivers read, passed on when the driver has them.
 SETTINGS = ("SWEEPS_HOME", "SWEEPS_DATA_CACHE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION",
             "AWS_REGION", "MLFLOW_S3_ENDPOINT_URL", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -87,8 +86,7 @@ def runtime_env(spec: SweepSpec, env_vars: dict[str, str]) -> dict[str, Any]:
     env"); a job that passes ``SWEEPS_HOME`` or ``AWS_ENDPOINT_URL`` in its ``env_vars`` is the usual case.
     There the driver's values win (``RAY_OVERRIDE_JOB_RUNTIME_ENV=1``): they are the job's, made absolute.
     """
-    if IN_JOB in os.environ:
-        os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
+    os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")  # Ray's documented switch; no effect outside a job
     out: dict[str, Any] = {"env_vars": {**settings(), **env_vars}}
     if spec.cluster.ship_code:
         out["py_modules"] = modules(spec)

@@ -13,12 +13,13 @@ from sweeps import lease, live, store
 from sweeps.execution.run import control, session
 
 log = logging.getLogger(__name__)
-LAUNCHED = "SWEEPS_LAUNCHED_BY"  # cli | schedule | api (set by the caller); a Ray Job is seen by its variable
-IN_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+LAUNCHED = "SWEEPS_LAUNCHED_BY"  # cli | schedule | api (set by the caller); a Ray Job is seen by its lever
 
 
 def launched_by() -> str:
-    if IN_JOB in os.environ:
+    from sweeps.execution.levers import job_entrypoint
+
+    if job_entrypoint.in_job():
         return "ray job"
     return os.environ.get(LAUNCHED, "cli")
 

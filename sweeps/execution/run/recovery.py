@@ -34,16 +34,13 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.errors import BadInput
+from sweeps.execution.levers import core, tune_files
+from sweeps.execution.levers.tune_files import PARTS, SEARCHER_PREFIX, STATE_PREFIX, TUNER
 from sweeps.live import write_atomic
 
 log = logging.getLogger(__name__)
 GOOD = "sweeps-good"
 EVERY_S = 60.0
-TUNER = "tuner.pkl"
-STATE_PREFIX = "experiment_state-"
-SEARCHER_PREFIX = "searcher-state-"
-CALLBACK_PREFIX = "callback-states-"
-PARTS = ((STATE_PREFIX, ".json"), (SEARCHER_PREFIX, ".pkl"), (CALLBACK_PREFIX, ".pkl"))
 SET = "state-set.pkl"
 ASIDE = "damaged-"  # a set-aside file's prefix: neither Tune nor the reports take it for a state file
 
@@ -106,7 +103,9 @@ def _readable(location: str, parse: Callable[[bytes], Any] | None = None) -> boo
 
 
 def keep_tuner(experiment_dir: str) -> None:
-    """After the Tuner wrote ``tuner.pkl``: a copy to come back to."""
+    """After the Tuner wrote ``tuner.pkl``: a copy to come back to (where the ``tune_files`` lever applies)."""
+    if not core.applies(tune_files.LEVER):
+        return
     source = uris.join(experiment_dir, TUNER)
     if uris.exists(source):
         write_atomic(uris.join(good_dir(experiment_dir), TUNER), uris.read_bytes(source))
@@ -127,6 +126,8 @@ class KeptSet:
 def keep_state(experiment_dir: str) -> bool:
     """The newest experiment state in storage with the same session's searcher and callback states, when each
     reads whole, as the last good set (one file, written atomically); whether it kept one."""
+    if not core.applies(tune_files.LEVER):
+        return False
     names = newest(experiment_dir, STATE_PREFIX)
     if not names:
         return False
@@ -153,7 +154,8 @@ def keep_final(experiment_dir: str) -> None:
     try:
         keep_state(experiment_dir)
     except Exception as exc:  # a copy is a safety net, never a reason to fail the close
-        log.debug("could not keep the final state of %s (%s)", experiment_dir, exc)
+        log.warning("could not keep a copy of the final state of %s (%s): a damaged state found later has no "
+                    "good copy to come back to", experiment_dir, exc)
 
 
 def kept_set(experiment_dir: str) -> KeptSet | None:
@@ -200,6 +202,8 @@ def repair(experiment_dir: str, sweep_id: str) -> list[str]:
     Raises:
         BadInput: ``tuner.pkl`` or the experiment state is damaged and no good copy was kept (names the way out).
     """
+    if not core.applies(tune_files.LEVER):
+        return []  # Tune's state as Tune left it: a damaged one fails in Tune's restore, said by resume
     why = unrestorable(experiment_dir)
     if why is not None and uris.exists(uris.join(experiment_dir, TUNER)):
         raise BadInput(way_out(sweep_id, why))

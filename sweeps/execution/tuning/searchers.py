@@ -150,9 +150,11 @@ def _searcher_state(experiment_dir: str) -> Iterator[str]:
     if not uris.is_remote(experiment_dir):
         yield experiment_dir
         return
+    from sweeps.execution.levers.tune_files import SEARCHER_PREFIX
+
     with tempfile.TemporaryDirectory(prefix="sweeps-searcher-") as tmp:
         for name in uris.listdir(experiment_dir):
-            if name.startswith("searcher-state"):
+            if name.startswith(SEARCHER_PREFIX):
                 with open(os.path.join(tmp, name), "wb") as f:
                     f.write(uris.read_bytes(uris.join(experiment_dir, name)))
         yield tmp

@@ -1,0 +1,181 @@
+"""The running sweep's owner, fast: its stop switch on and off (the ``tune_interrupt`` lever and its Stopper
+fallback), the live record's guarded writes and heartbeat, the model uploads' queue, and the ``tune_files`` and
+``job_entrypoint`` levers with their fallbacks. The real sweeps are in tests/test_run_owner_slow.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweeps.execution.levers import core, job_entrypoint, tune_files, tune_interrupt
+
+
+@pytest.fixture
+def levers_on(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv(core.OFF, raising=False)
+    monkeypatch.delenv(core.TEST_RAY_VERSION, raising=False)
+    core.forget()
+    yield monkeypatch
+    core.forget()
+
+
+def _off(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(core.OFF, name)
+    core.forget()
+
+
+def test_a_stop_sets_tunes_own_interrupted_event_from_any_thread(levers_on: Any) -> None:
+    """Tune's loop watches the event its ``_setup_signal_catching`` made: the run's stop sets that very event,
+    from a thread that is not the main one, and a stop asked before Tune's loop began holds once it does."""
+    import ray.tune.tune as tune_module
+
+    from sweeps.execution.run import control, session
+
+    live = session.start("s-int")
+    made: list[threading.Event] = []
+
+    def tunes_loop() -> None:  # what Tuner.fit runs on its thread: Tune makes its event inside the wrapper
+        with control.fitting("s-int"):
+            made.append(tune_module._setup_signal_catching())
+
+    t = threading.Thread(target=tunes_loop)
+    t.start()
+    t.join()
+    assert made and not made[0].is_set()
+    control.request_stop("s-int", "a test")
+    assert made[0].is_set() and not live.stop_all, "Tune's own event, not the Stopper's fallback"
+
+    early = session.start("s-early")
+    control.request_stop("s-early", "before the loop")
+    with control.fitting("s-early"):
+        assert tune_module._setup_signal_catching().is_set(), "a stop asked before Tune's loop holds"
+    assert early.interrupt.asked
+    session.end("s-int")
+    session.end("s-early")
+
+
+def test_with_the_lever_off_a_stop_goes_through_the_sweeps_stopper(levers_on: Any) -> None:
+    from sweeps.execution.run import control, session
+    from sweeps.execution.run.budget import sweep_stopper
+
+    _off(levers_on, "tune_interrupt")
+    live = session.start("s-off")
+    stopper = sweep_stopper("s-off", type("Inner", (), {"stop_all": lambda self: False,
+                                                        "__call__": lambda self, t, r: False})())
+    assert not stopper.stop_all()
+    assert control.interrupt("s-off") is False and not live.interrupt.asked, "nothing done where it cannot"
+    control.request_stop("s-off", "a test")
+    assert live.stop_all and stopper.stop_all(), "Tune's public path: the Stopper ends every trial"
+    session.end("s-off")
+
+
+def test_the_lever_holds_on_the_installed_ray_and_its_probe_fails_when_tune_moves(levers_on: Any) -> None:
+    import ray.tune.tune as tune_module
+
+    if not core.installed("ray").startswith(tune_interrupt.LEVER.checked):
+        pytest.skip("the lever is off on this Ray anyway")
+    assert core.why_not(tune_interrupt.LEVER) is None
+    original = tune_module._setup_signal_catching
+    levers_on.setattr(tune_module, "_setup_signal_catching", lambda: None)
+    assert "not an Event" in (core.why_not(tune_interrupt.LEVER) or "")
+    levers_on.setattr(tune_module, "_setup_signal_catching", original)
+
+
+class _Storage:
+    """The live folder refusing writes while ``down`` (a storage blip), as ``sweeps.live``'s writers see it."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.status: list[dict[str, Any]] = []
+        self.answers: dict[str, str] = {}
+
+
+def test_a_refused_write_of_the_live_record_is_retried_never_fatal(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from sweeps import live
+    from sweeps.execution.run import livestatus
+
+    disk = _Storage()
+
+    def write_status(where: str, status: dict[str, Any]) -> None:
+        if disk.down:
+            raise OSError(28, "No space left on device")
+        disk.status.append(dict(status, driver=dict(status["driver"])))
+
+    def answer(where: str, request_id: str, state: str, why: str = "") -> None:
+        if disk.down:
+            raise OSError(28, "No space left on device")
+        disk.answers[request_id] = state
+
+    monkeypatch.setattr(live, "write_status", write_status)
+    monkeypatch.setattr(live, "answer", answer)
+    record = livestatus._LiveRecord("s-blip", "s-blip", "/nowhere", {"CPU": 1.0},
+                                    type("P", (), {"best": None, "epochs": 2, "metric": "m", "mode": "max",
+                                                   "start": time.time(), "left_text": lambda self: ""})(), 2)
+    disk.down = True
+    record.write([])
+    record.answer("r1", "applied", "paused")
+    assert not disk.status and not disk.answers and record.unwritten and "r1" in record.unanswered
+    assert any("could not write" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    first_lease = record.last["driver"]["lease_expires"]  # type: ignore[index]
+    time.sleep(0.01)
+    disk.down = False
+    record.beat()  # the heartbeat: no Tune step needed
+    assert disk.answers == {"r1": "applied"} and not record.unanswered
+    assert disk.status and disk.status[-1]["driver"]["lease_expires"] > first_lease, "the lease renewed"
+
+
+def test_model_uploads_leave_the_loop_and_a_drain_cut_short_ends_every_run() -> None:
+    from sweeps.tracking.uploads import Ending, Uploads
+
+    ended: list[str] = []
+    gate = threading.Event()
+    uploads = Uploads(limit=2)
+    uploads.submit(Ending("fast", lambda: ended.append("fast"), lambda: ended.append("fast-cut")))
+    assert uploads.wait(5) and ended == ["fast"]
+    t0 = time.monotonic()
+    uploads.submit(Ending("slow", lambda: (gate.wait(30), ended.append("slow")), lambda: ended.append("slow-cut")))
+    assert time.monotonic() - t0 < 1, "submit returns at once: the upload runs on the uploads' thread"
+    assert not uploads.wait(0.5)
+    assert uploads.cut_short() == 1 and ended[-1] == "slow-cut", "its run ends without the model, said"
+    gate.set()
+
+
+def test_tune_files_names_are_tunes_and_with_the_lever_off_no_copy_is_kept(levers_on: Any, tmp_path: Path) -> None:
+    from sweeps.execution.run import recovery
+
+    if not core.installed("ray").startswith(tune_files.LEVER.checked):
+        pytest.skip("the lever is off on this Ray anyway")
+    assert core.why_not(tune_files.LEVER) is None
+    from ray.tune.impl import tuner_internal
+
+    levers_on.setattr(tuner_internal, "_TUNER_PKL", "tuner-v2.pkl")
+    assert "tuner-v2.pkl" in (core.why_not(tune_files.LEVER) or "")
+    levers_on.undo()
+    (tmp_path / tune_files.TUNER).write_bytes(b"a tuner")
+    levers_on.delenv(core.OFF, raising=False)
+    core.forget()
+    recovery.keep_tuner(str(tmp_path))
+    assert (Path(recovery.good_dir(str(tmp_path))) / tune_files.TUNER).is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / tune_files.TUNER).write_bytes(b"a tuner")
+    _off(levers_on, "tune_files")
+    recovery.keep_tuner(str(other))
+    assert not (Path(recovery.good_dir(str(other))) / tune_files.TUNER).exists()
+    assert recovery.repair(str(other), "s") == [] and recovery.keep_state(str(other)) is False
+
+
+def test_a_ray_jobs_entrypoint_is_told_apart_and_with_the_lever_off_it_is_not(levers_on: Any) -> None:
+    from sweeps.execution.run import livestatus
+
+    levers_on.delenv(livestatus.LAUNCHED, raising=False)
+    levers_on.setenv(job_entrypoint.NAME, "{}")
+    if core.installed("ray").startswith(job_entrypoint.LEVER.checked):
+        assert livestatus.launched_by() == "ray job"
+    _off(levers_on, "job_entrypoint")
+    assert livestatus.launched_by() == "cli"
