@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from sweeps.execution.train import bridge, startup
+from sweeps.execution.train import bridge, pins, startup
 from sweeps.execution.tuning import keeper
 from sweeps.trials import CheckpointBook
 
@@ -147,16 +147,16 @@ def test_a_donor_checkpoint_is_pinned_and_seeds_the_recipient(tmp_path: Path) ->
     own = _trial(tmp_path, "donor", donor_ckpt)  # its own checkpoint: nothing to pin
     keeper._pin(recipient, FS)
     keeper._pin(own, FS)
-    pin = Path(recipient.path) / keeper.pin_name(str(donor_ckpt))
+    pin = Path(recipient.path) / pins.pin_name(str(donor_ckpt))
     assert (pin / "state.pt").read_bytes() == b"donor"
-    assert not list(Path(own.path).glob(f"{keeper.PIN_PREFIX}*"))
+    assert not list(Path(own.path).glob(f"{pins.PIN_PREFIX}*"))
     import shutil
 
     shutil.rmtree(donor_ckpt)  # the donor's num_to_keep deleted it: the recipient still has its copy
-    (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").mkdir()
-    seed = keeper.seed_for(recipient.checkpoint, recipient.path)
+    (Path(recipient.path) / f"{pins.PIN_PREFIX}stale").mkdir()
+    seed = pins.seed_for(recipient.checkpoint, recipient.path)
     assert seed.path == str(pin)
-    assert not (Path(recipient.path) / f"{keeper.PIN_PREFIX}stale").exists(), "stale pins are dropped"
+    assert not (Path(recipient.path) / f"{pins.PIN_PREFIX}stale").exists(), "stale pins are dropped"
 
 
 def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None:
@@ -168,15 +168,15 @@ def test_the_experiment_end_sweep_keeps_only_needed_pins(tmp_path: Path) -> None
     done = _trial(tmp_path, "done", Path(tmp_path / "exp" / "done" / "checkpoint_000004"))
     ended = _trial(tmp_path, "ended", foreign)  # PBT exploited into it as it finished: restores nothing
     ended.status = "TERMINATED"
-    keep = Path(waiting.path) / keeper.pin_name(str(foreign))
+    keep = Path(waiting.path) / pins.pin_name(str(foreign))
     keep.mkdir()
-    (Path(done.path) / f"{keeper.PIN_PREFIX}old").mkdir()
-    (Path(ended.path) / keeper.pin_name(str(foreign))).mkdir()
+    (Path(done.path) / f"{pins.PIN_PREFIX}old").mkdir()
+    (Path(ended.path) / pins.pin_name(str(foreign))).mkdir()
     keeper._sweep([waiting, done, ended], str(train_dir), FS)
     assert not train_dir.exists()
     assert keep.is_dir()
-    assert not list(Path(done.path).glob(f"{keeper.PIN_PREFIX}*"))
-    assert not list(Path(ended.path).glob(f"{keeper.PIN_PREFIX}*"))
+    assert not list(Path(done.path).glob(f"{pins.PIN_PREFIX}*"))
+    assert not list(Path(ended.path).glob(f"{pins.PIN_PREFIX}*"))
 
 
 def test_a_train_folder_written_after_the_experiment_end_goes_once_ray_has_stopped(tmp_path: Path) -> None:

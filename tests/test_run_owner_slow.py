@@ -169,8 +169,8 @@ def test_stop_stop_now_and_the_stall_watchdog_end_a_sweep_in_a_host_thread_witho
 
 
 def test_a_slow_artifact_store_holds_neither_the_next_trial_nor_the_drivers_lease(tmp_path: Path) -> None:
-    """Each trial's model upload takes longer than the driver's lease (a proxy holds every artifact upload 10 s;
-    the lease is 8 s): ``status`` says the driver is alive throughout, and the next trial starts while the upload
+    """Each trial's model upload takes longer than the driver's lease (a proxy holds every artifact upload 6 s,
+    under the client's 10 s read time-out; the lease is 4 s): ``status`` says the driver is alive throughout, and the next trial starts while the upload
     is in flight. Why its own sweep: the artifact store is the subject (a real ``mlflow server`` behind a slow
     proxy)."""
     import time
@@ -185,12 +185,12 @@ def test_a_slow_artifact_store_holds_neither_the_next_trial_nor_the_drivers_leas
     (tmp_path / "server").mkdir()
     srv = mlflow_server.start(f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
                               artifacts_destination=tmp_path / "server" / "artifacts", log_path=tmp_path / "srv.log")
-    proxy = SlowProxy(srv.url, delay_s=10.0)
+    proxy = SlowProxy(srv.url, delay_s=6.0)
     try:
         proc = env.popen("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
                          "sweep.max_concurrent_trials=1", "trainable.num_workers=1", "trainable.params.epochs=2",
                          "search_space.lr={dist: choice, values: [0.03]}", "report.enabled=false",
-                         f"tracking.uri={proxy.url}", extra_env={"SWEEPS_LEASE_S": "8"})
+                         f"tracking.uri={proxy.url}", extra_env={"SWEEPS_LEASE_S": "4"})
         seen: list[tuple[float, str, bool]] = []
         while proc.poll() is None:
             found = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []

@@ -237,7 +237,8 @@ def _rank_models(c: Any, rec: store.SweepRecord, summ: summary.Summary) -> None:
     try:
         models.rank(c, rec.mlflow_experiment_id, rec.sweep_id, summ.ranked, rec.parent_run_id)
     except Exception as exc:  # a store without LoggedModels, or one down: the runs and the report stand
-        log.debug("could not rank the sweep's models (%s)", exc)
+        log.warning("could not rank the sweep's models (%s): their report ranks are missing from the Models tab; "
+                    "`python -m sweeps sync %s` ranks them", exc, rec.sweep_id)
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,

@@ -110,7 +110,7 @@ class _LiveRecord:
             live.write_status(self.experiment_dir, status)
         except Exception as exc:  # the record is for operators: a failed write is retried, never fatal
             self.unwritten = True
-            self._failed("the sweep's status", exc)
+            self._failed("write the sweep's status", exc)
             return False
         self.unwritten = False
         return True
@@ -118,7 +118,7 @@ class _LiveRecord:
     def _failed(self, what: str, exc: Exception) -> None:
         self.failures += 1
         if self.failures == 1 or self.failures % 10 == 0:
-            log.warning("could not write %s to %s (%s: %s); the sweep goes on and tries again every few seconds",
+            log.warning("could not %s in %s (%s: %s); the sweep goes on and tries again every few seconds",
                         what, live.folder(self.experiment_dir), type(exc).__name__, exc)
 
     def answer(self, request_id: str, state: str, why: str) -> None:
@@ -132,7 +132,7 @@ class _LiveRecord:
             try:
                 live.answer(self.experiment_dir, request_id, state, why)
             except Exception as exc:
-                self._failed(f"the answer to request {request_id}", exc)
+                self._failed(f"write the answer to request {request_id}", exc)
                 return
             del self.unanswered[request_id]
             if self.failures:
@@ -157,7 +157,7 @@ class _LiveRecord:
             pending = [r for r in live.requests(self.experiment_dir) if r["id"] not in c.handled]
             done = live.answered(self.experiment_dir) if pending else set()
         except Exception as exc:  # storage unreachable for a moment: the next poll tries again
-            log.debug("could not read control requests (%s)", exc)
+            self._failed("read the control requests", exc)
             return
         if self.unanswered:
             with self.lock:

@@ -93,10 +93,12 @@ class Run:
         return run
 
     # -- while it runs -----------------------------------------------------------------------------------------
-    def fit(self) -> None:
-        """Tune's loop, until every trial ended or a stop was asked (then its state is saved first)."""
+    def fit(self) -> Outcome:
+        """Tune's loop, until every trial ended or a stop was asked (then its state is saved first): what the
+        run saw."""
         with control.fitting(self.name):
             self.tuner.fit()
+        return self.outcome()
 
     def request_stop(self, now: bool = True, why: str = "requested") -> None:
         """Stop the run: at once (``now``), or once every running trial saved a checkpoint again (as ``sweeps
