@@ -309,8 +309,10 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
 
     The better candidate starts first; the worse one starts once the first holds the promotion lock (the
     registered model ``<model>@champion.promote-lock``). The first holds its gate open 15 s before it moves the
-    alias, the second 30 s: without an atomic gate the second, started well within those 15 s, reads the same
-    empty alias and moves it last (the worse one wins).
+    alias: what the second's start needs to reach its own gate (a ``promote`` process: ~11 s in ci11; 20-33 s at a
+    load of 10-15 on 2 cores, where it comes too late and there is no contest). The second holds its gate 5 s
+    longer than the first: without an atomic gate it reads the same empty alias after the first did and moves it
+    last (the worse one wins); with the gate it is refused before its pause, so a green run never sleeps it.
     """
     import json
 
@@ -341,7 +343,7 @@ def race(env: SweepsEnv, sweep_id: str, model_name: str, tracking_uri: str) -> N
 
     wait_for(first_holds_the_lock, timeout=300, interval=0.1, what="the first promotion to hold the lock")
     procs = {better: first, worse: env.popen("promote", sweep_id, "--trial", worse, "--model-name", model_name,
-                                             extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "30"})}
+                                             extra_env={"SWEEPS_TEST_PROMOTE_PAUSE_S": "20"})}
     outs = {t: p.communicate(timeout=600)[0] for t, p in procs.items()}
     codes = {t: p.returncode for t, p in procs.items()}
     assert set(codes.values()) <= {0, 3} and 0 in codes.values(), outs

@@ -30,7 +30,8 @@ def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(tmp_path: Pat
     Before the bounded bridge, Train ran ahead, deleted checkpoints the driver had not copied yet, and the
     trial failed with FileNotFoundError. Now: 30 results, the trial folder holds the best
     ``checkpoint.num_to_keep`` checkpoints by the sweep metric plus the latest one (Tune keeps it for resume),
-    and no Train run folder is left."""
+    and no Train run folder is left. Why its own sweep: its driver is slowed on purpose (tests/bridge_sweep.py
+    adds the lagging callback), which no shared sweep may be."""
     env = SweepsEnv(tmp_path)
     keep, epochs = 2, 30
     try:
@@ -61,7 +62,8 @@ DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric
 
 
 def test_ray_docs_loop_continues_from_the_pbt_donor(tmp_path: Path) -> None:
-    """Issue 23: a loop that only calls ``ray.train.get_checkpoint()`` (2 workers) gets the donor's weights."""
+    """Issue 23: a loop that only calls ``ray.train.get_checkpoint()`` (2 workers) gets the donor's weights.
+    Why its own sweep: the Ray-docs loop under PBT (ray_docs_pbt) is the subject; no other sweep runs it."""
     env = SweepsEnv(tmp_path)
     try:
         env.run("run", "+experiment=ray_docs_pbt", "sweep.num_samples=1", "sweep.max_concurrent_trials=2",
@@ -89,6 +91,9 @@ def test_ray_docs_loop_continues_from_the_pbt_donor(tmp_path: Path) -> None:
 
 
 def test_ray_docs_loop_resumes_after_a_tune_retry(tmp_path: Path) -> None:
+    """A Ray-docs loop that fails once at epoch 2 is retried by Tune and goes on from its checkpoint (each epoch
+    reported once).
+    Why its own sweep: its trial fails on purpose (fail_once_at_epoch), which no shared sweep may."""
     from sweeps.reports.results import load_records
 
     env = SweepsEnv(tmp_path)

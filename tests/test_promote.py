@@ -2,20 +2,23 @@
 
 Fast tier: the gate rule, name/alias validation, checkpoint verification, trial choice, scoring, the table.
 Slow tier: two tiny real sweeps in one SQLite-backed SWEEPS_HOME (a good one, then one with a tiny lr), and
-``python -m sweeps promote/models`` as real subprocesses against them.
+``python -m sweeps promote/models`` as real subprocesses against them. The same two sweeps carry the report end to
+end (its files and MLflow artifacts, ``report``/``list``/``compare`` as subprocesses): one sweep shape, run once.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SweepsEnv
+from conftest import SweepsEnv, mlflow_client
 from freshvenv import FreshVenv, invocations, requirements_file
 
 from sweeps.cli import models as cli_models
@@ -181,12 +184,17 @@ TINY = ["+experiment=quickstart", "sweep.num_samples=2", "trainable.params.epoch
         "scheduler.grace_period=1", "report.enabled=false", "cluster.health_check_interval_s=0.1",
         "cluster.worker_start_timeout_s=60"]
 # the good sweep auto-promotes into an empty registry, under its own name and alias; five epochs at a brisk lr
-# (digits epochs are ~0.1 s; three gave 0.947): its champion must reach 0.95 on the raw held-out digits
+# (digits epochs are ~0.1 s; three gave 0.947): its champion must reach 0.95 on the raw held-out digits. It writes
+# its report where report.dir says by default (reports/ under the cwd)
 GOOD = [*TINY, "trainable.params.epochs=5", "scheduler.max_t=5", "search_space.lr.low=0.02",
         "search_space.lr.high=0.05", "promote.enabled=true", "promote.model_name=auto-digits",
-        "promote.alias=staging"]
-# the worse sweep also asks for auto-promotion at its end: the same gate refuses it
-WORSE = [*TINY, "search_space.lr.low=1e-6", "search_space.lr.high=2e-6", "promote.enabled=true"]
+        "promote.alias=staging", "report.enabled=true"]
+# the worse sweep also asks for auto-promotion at its end: the same gate refuses it. Its report goes where its
+# report.dir says, its leaderboard cut to report.top_k of its 2 trials
+WORSE = [*TINY, "search_space.lr.low=1e-6", "search_space.lr.high=2e-6", "promote.enabled=true",
+         "report.enabled=true", "report.dir=elsewhere", "report.top_k=1"]
+REPORT_FILES = ("trials.csv", "summary.md", "report.html", "learning_curves.png", "metric_vs_params.png",
+                "parallel_coordinates.png")
 NAME = "quickstart"  # the default model name: the experiment's
 
 
@@ -229,6 +237,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweepsEnv]:
 
 @pytest.fixture(scope="module")
 def good(env: SweepsEnv) -> dict[str, Any]:
+    """Why its own sweeps (this one and the worse one): the gate needs a registry whose history it knows (an empty
+    one, then a champion from the good sweep, then a worse candidate), so the registry is this module's alone."""
     return _run_sweep(env, GOOD)
 
 
@@ -279,6 +289,88 @@ def test_promote_latest_registers_the_best_trial_with_lineage(env: SweepsEnv, go
     assert run.info.status == "FINISHED"
     assert mv.source.startswith("models:/")
     assert mv.source.removeprefix("models:/") in {o.model_id for o in run.outputs.model_outputs}
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _md_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the pipe table under ``## heading``."""
+    lines = [ln for ln in text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", ln)[1:-1]] for ln in lines[2:]]
+
+
+def _imgs(html: str) -> list[str]:
+    return re.findall(r'<img [^>]*src="([^"]*)"', html)
+
+
+@pytest.mark.slow
+def test_the_sweeps_report_its_artifacts_and_report_rebuilt_from_results_or_mlflow(env: SweepsEnv,
+                                                                                 good: dict[str, Any]) -> None:
+    """The good sweep's report (report.enabled, default report.dir): its files, its MLflow artifacts, CPU-seconds
+    from the sweep's own config; ``report`` rebuilt from the stored results (nothing rerun) and, with the Ray
+    results gone, from the MLflow runs alone; ``list``; ``report --format html`` alone."""
+    out = env.root / "reports" / "quickstart" / good["sweep_id"]
+    for name in REPORT_FILES:
+        assert (out / name).is_file(), name
+    rows = _csv(out / "trials.csv")
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"TERMINATED"}
+    assert rows[0]["rank"] == "1" and rows[0]["trial_id"] == good["best"]["trial_id"]
+    assert float(rows[0]["best/val/acc"]) == pytest.approx(good["best"]["value"])
+    # a trial holds its driver and its Train workers' CPUs for its wall time: from the sweep's own config
+    cfg = good["config"]
+    held = cfg["cluster"]["driver_cpus"] + cfg["trainable"]["num_workers"] * float(
+        (cfg["trainable"].get("resources_per_worker") or {}).get("CPU", 1))
+    assert held == 3.0, "quickstart: a driver and 2 one-CPU workers"
+    assert all(float(r["cpu_s"]) == pytest.approx(held * float(r["wall_s"]), rel=1e-3) for r in rows)
+    text = (out / "summary.md").read_text()
+    assert f"trial **{good['best']['trial_id']}**" in text
+    assert "importance: not computed: needs at least 3 finished trials" in text  # 2 trials only
+    imgs = _imgs((out / "report.html").read_text())
+    assert len(imgs) >= 3 and all(s.startswith("data:image/png;base64,") for s in imgs)
+    arts = {a.path for a in mlflow_client(env.tracking_uri).list_artifacts(good["parent_run_id"], "report")}
+    assert {"report/trials.csv", "report/summary.md", "report/report.html", "report/learning_curves.png"} <= arts
+
+    # rebuilt from stored results, nothing rerun: the same trial table (the good sweep is the latest: the worse
+    # one runs later, clones are dated earlier)
+    records = set((env.home / "sweeps").glob("[!.]*.json"))
+    proc = env.run("report", "latest", "--format", "csv", "--out", "rebuilt", check=True)
+    rebuilt = env.root / "rebuilt"
+    assert sorted(p.name for p in rebuilt.iterdir()) == ["trials.csv"]
+    assert (rebuilt / "trials.csv").read_text() == (out / "trials.csv").read_text()
+    assert str(rebuilt / "trials.csv") in proc.stdout
+    assert set((env.home / "sweeps").glob("[!.]*.json")) == records, "a report starts no sweep"
+
+    # Ray results gone (a copy of the sweep's record whose Ray folder is deleted): rebuilt from its MLflow runs,
+    # the same trials
+    gone_id, gone_dir = _clone(env, good, "raygone")
+    shutil.rmtree(gone_dir)
+    proc = env.run("report", gone_id, "--format", "csv", "--out", "from_mlflow", check=True)
+    assert "rebuilding from its MLflow runs" in proc.stderr
+    from_mlflow = {r["trial_id"]: r for r in _csv(env.root / "from_mlflow" / "trials.csv")}
+    for r in rows:
+        m = from_mlflow[r["trial_id"]]
+        for col in ("rank", "status", "best/val/acc", "final/val/acc", "epochs", "early_stopped", "wall_s", "cpu_s"):
+            assert m[col] == r[col], col
+        assert {k: v for k, v in m.items() if k.startswith("param/")} == \
+            {k: v for k, v in r.items() if k.startswith("param/")}
+
+    listing = env.run("list", check=True).stdout.splitlines()
+    assert listing[0].split() == ["sweep_id", "experiment", "date", "status", "best", "trials"]
+    (line,) = [ln for ln in listing[1:] if ln.split()[0] == good["sweep_id"]]
+    assert "finished" in line and line.split()[-1] == "2", line
+
+    # the HTML report alone, rebuilt from the stored sweep: the page and the plots it embeds, nothing else
+    env.run("report", good["sweep_id"], "--format", "html", "--out", "html_only", check=True)
+    html_files = sorted(p.name for p in (env.root / "html_only").iterdir())
+    assert "report.html" in html_files and all(n == "report.html" or n.endswith(".png") for n in html_files), \
+        html_files
+    page = (env.root / "html_only" / "report.html").read_text()
+    assert f"<td>{good['best']['trial_id']}</td>" in page
+    imgs = _imgs(page)
+    assert len(imgs) == len(html_files) - 1 and all(i.startswith("data:image/png;base64,") for i in imgs)
 
 
 def _raw_digits() -> tuple[Any, Any, list[str]]:
@@ -448,6 +540,32 @@ def test_auto_promotion_registers_into_an_empty_registry_with_its_name_and_alias
 def test_auto_promotion_at_the_end_of_a_sweep_uses_the_same_gate(worse: dict[str, Any]) -> None:
     assert "promotion: not promoted: promote: quickstart@champion (version 1)" in worse["_stdout"]
     assert "at least as good" in worse["_stdout"]
+
+
+@pytest.mark.slow
+def test_report_dir_and_top_k_then_compare_of_the_two_sweeps(env: SweepsEnv, good: dict[str, Any],
+                                                              worse: dict[str, Any]) -> None:
+    """The worse sweep's report goes where its report.dir says, its leaderboard cut to report.top_k=1 of its 2
+    trials; ``compare`` of the two sweeps: best trials side by side, CPU-seconds and epochs from their trial tables."""
+    out = env.root / "reports" / "quickstart" / good["sweep_id"]
+    other_out = env.root / "elsewhere" / "quickstart" / worse["sweep_id"]
+    assert (other_out / "summary.md").is_file()
+    assert not (env.root / "reports" / "quickstart" / worse["sweep_id"]).exists()
+    assert len(_md_rows((other_out / "summary.md").read_text(), "Leaderboard")) == 1, "report.top_k=1"
+    assert len(_csv(other_out / "trials.csv")) == 2, "the trial table keeps every trial"
+
+    env.run("compare", good["sweep_id"], worse["sweep_id"], check=True)
+    cmp_dir = env.root / "reports" / "compare" / f"{good['sweep_id']}__vs__{worse['sweep_id']}"
+    assert (cmp_dir / "compare.html").is_file()
+    side = {r[0]: r for r in _md_rows((cmp_dir / "compare.md").read_text(), "Comparison")}
+    assert side["best trial"][1:3] == [good["best"]["trial_id"], worse["best"]["trial_id"]]
+    a_rows, b_rows = _csv(out / "trials.csv"), _csv(other_out / "trials.csv")
+    cpu_a, cpu_b = (sum(float(r["cpu_s"]) for r in t) for t in (a_rows, b_rows))
+    assert float(side["CPU-seconds"][1]) == pytest.approx(cpu_a, rel=1e-2)
+    assert float(side["CPU-seconds"][2]) == pytest.approx(cpu_b, rel=1e-2)
+    assert float(side["CPU-seconds"][3]) == pytest.approx(cpu_b - cpu_a, rel=1e-2, abs=0.1), side["CPU-seconds"]
+    epochs_a, epochs_b = (sum(int(r["epochs_run"]) for r in t) for t in (a_rows, b_rows))
+    assert side["epochs trained"][1:4] == [str(epochs_a), str(epochs_b), f"{epochs_b - epochs_a:+d}"]
 
 
 @pytest.mark.slow

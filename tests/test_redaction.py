@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from sweeps.config import redaction
-from sweeps.config.secretlike import is_secret_key
+from sweeps.config.secretlike import is_secret_key, switch
 
 R = redaction.REDACTED
 
 # (key under trainable.params, value, the text that must vanish; None: nothing may change)
-ROWS: list[tuple[str, Any, str | None]] = [
-    # -- a secret by its key, read as words
+Row = tuple[str, Any, str | None]
+BY_KEY: list[Row] = [  # a secret by its key, read as words
     ("password", "hunter2-xyz", "hunter2-xyz"),
     ("db_pwd", "Pw-4471qz", "Pw-4471qz"),
     ("hf_token", "hf_AbCdEf0123456789", "hf_AbCdEf0123456789"),
@@ -37,7 +37,8 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("api_key_2", "ak2-55555555", "ak2-55555555"),
     ("refresh_token", "rt-1234abcd", "rt-1234abcd"),
     ("gcp_credentials", "gc-0000ffff", "gc-0000ffff"),
-    # -- a secret inside a URI, under an ordinary key
+]
+IN_VALUE: list[Row] = [  # a secret inside a URI, under an ordinary key: the value's scrubbing must find it
     ("note", "clone https://ghp_Tok123456789@github.com/x.git", "ghp_Tok123456789"),
     ("data_url", "https://b.s3.amazonaws.com/f?X-Amz-Signature=abcdef0123&X-Amz-Date=1", "abcdef0123"),
     ("blob", "https://acct.blob.core.windows.net/c?sv=2020&sig=Zm9vYmFy0123", "Zm9vYmFy0123"),
@@ -45,7 +46,8 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("db", "postgresql://bob:Db-pw-1234@db:5432/ml", "Db-pw-1234"),
     ("maps", "https://maps.example/api?key=AIzaSyA-123456", "AIzaSyA-123456"),
     ("session", "https://h/x?access_token=at-777777&x=1", "at-777777"),
-    # -- ordinary values: nothing may change
+]
+ORDINARY: list[Row] = [  # ordinary values: nothing may change
     ("tokenizer_name", "gpt2", None),
     ("model_name", "gpt2-medium", None),
     ("max_new_tokens", 20, None),
@@ -67,6 +69,7 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("link", "https://mlflow.example/#/experiments/1", None),
     ("PWD", "/home/me", None),
 ]
+ROWS = BY_KEY + IN_VALUE + ORDINARY
 
 
 def _config(key: str, value: Any) -> dict[str, Any]:
@@ -93,10 +96,16 @@ def test_secrets_vanish_and_ordinary_values_stay(key: str, value: Any, secret: s
     assert secret not in stored and secret not in text, (stored, text)
 
 
-def test_the_table_covers_both_directions_and_distinct_keys() -> None:
+def test_each_row_is_read_as_its_section_says_a_secret_key_or_an_ordinary_one() -> None:
+    """The key rule (``is_secret_key``) decides the sections: a row under an ordinary key proves the value's own
+    scrubbing (a key read as secret would redact the whole value, and the row above would pass for the wrong
+    reason); an ordinary value under a secret key is only a switch (``use_auth_token: true``)."""
+    misread = [k for k, _, _ in BY_KEY if not is_secret_key(k)] + \
+              [k for k, v, _ in IN_VALUE + ORDINARY if is_secret_key(k) and not switch(str(v))]
+    assert not misread, misread
     keys = [k for k, _, _ in ROWS]
     assert len(set(keys)) == len(keys), "a key appears twice"
-    assert sum(s is None for *_, s in ROWS) >= 15 and sum(s is not None for *_, s in ROWS) >= 15
+    assert min(len(BY_KEY), len(IN_VALUE + ORDINARY)) >= 15, "both directions"
 
 
 def test_the_issue_example_is_left_alone() -> None:

@@ -35,6 +35,9 @@ def _trials(env: SweepsEnv, rec: dict):  # noqa: ANN202
 
 @pytest.fixture(scope="module")
 def asha(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepsEnv, dict, str]:
+    """The three tests below share it. Why its own sweep: the shipped digits_asha with trials ASHA must stop (a
+    tiny lr) and 2-worker trials split into start stages; tests/test_promote.py's quickstart sweeps stop none
+    for sure and leave their report off."""
     env = SweepsEnv(tmp_path_factory.mktemp("asha"))
     # The shipped digits_asha (Ray's ASHA defaults: grace 1, reduction 4), shrunk: 2 lrs x 2 repeats; the
     # tiny-lr trials fall behind at the first rung and ASHA stops them.
@@ -158,7 +161,9 @@ def _worker_processes(stage_log: Path) -> list[tuple[str, int, float]]:
 
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
 def test_model_based_searchers_use_their_model_after_the_start_up_trials(searcher: str, tmp_path: Path) -> None:
-    """Also: a trial sees no module state of an earlier one. Its trials run one at a time, so each one's Train
+    """Why its own sweep: the searcher is the subject (model-based suggestions after its start-up trials).
+
+    Also: a trial sees no module state of an earlier one. Its trials run one at a time, so each one's Train
     worker must be a fresh process: Train's controller and workers (where the loop runs) never outlive their Train
     run (a trial actor, where a ``datasets`` builder runs, may be reused when ``reuse_actors`` is on: docs/ray.md)."""
     env = SweepsEnv(tmp_path)
@@ -201,7 +206,8 @@ def test_failed_and_nan_trials(tmp_path: Path) -> None:
     """A raising trial ends ERROR (Tune's retries: tests/test_bridge_slow.py); the sweep goes on; NaN never becomes
     best; MLflow says so.
 
-    The same sweep carries secrets from the environment: they never reach MLflow, the index or reports.
+    The same sweep carries secrets from the environment: they never reach MLflow, the index or reports. Why its
+    own sweep: its trials raise and go NaN on purpose, which no shared sweep may.
     """
     env = SweepsEnv(tmp_path)
     try:
