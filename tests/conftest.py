@@ -42,7 +42,7 @@ FAST_TIMEOUT_S = 120  # a hang in the fast tier fails that test within two minut
 # fill in at the end, instead of a 15-minute file starting last while the other process sits idle.
 LONGEST_FIRST = ("test_scripts_slow.py", "test_installed_slow.py", "test_resume_decisions_slow.py",
                  "test_cluster_slow.py", "test_unhappy_slow.py", "test_cluster_nodash_slow.py", "test_sweep_slow.py",
-                 "test_bridge_slow.py",
+                 "test_bridge_slow.py", "test_run_owner_slow.py",
                  "test_schedulers_slow.py", "test_resume_slow.py", "test_winners_slow.py", "test_tracking_server.py",
                  "test_schedule.py", "test_promote.py", "test_trainables_scale.py", "test_byo_slow.py",
                  "test_registry_serve_slow.py", "test_operate_slow.py", "test_new_trainable.py",

@@ -1,10 +1,12 @@
 """A running sweep has one owner that stops it without signals and keeps it visibly alive (issue 49).
 
 A host program (a web app, an orchestrator's task) whose main thread has its own SIGINT handler runs sweeps from
-a thread of its own through the Python API; ``sweeps stop``, ``sweeps stop --now`` and the stall watchdog each
-end one of them the way Ctrl-C does (Tune saves its state, the API returns ``interrupted``, ``resume`` goes on),
-and the host's handler never runs. Why its own sweeps: the host process is the subject (no other test runs a sweep
-from a thread of a program with its own handlers), and each stop acts on a sweep while it runs. Slow tier.
+a thread of its own through the Python API, tracked by a real ``mlflow server`` behind a slow artifact store;
+``sweeps stop``, ``sweeps stop --now`` and the stall watchdog each end one of them the way Ctrl-C does (Tune saves
+its state, the API returns ``interrupted``, ``resume`` goes on), the host's handler never runs, slow model uploads
+hold neither the next trial nor the driver's lease, and a live folder that refuses writes for a while costs
+nothing. Why its own sweeps: the host process and the slow store are the subject (no other test runs a sweep from
+a thread of a program with its own handlers), and each stop acts on a sweep while it runs. Slow tier.
 """
 
 from __future__ import annotations
@@ -127,22 +129,86 @@ def _answers_once_it_can(p: Project) -> None:
     assert "applied" in p.run("unpause", "latest", timeout=120).stdout
 
 
-def test_stop_stop_now_and_the_stall_watchdog_end_a_sweep_in_a_host_thread_without_signals(tmp_path: Path) -> None:
+class Watcher:
+    """``status`` of the latest sweep read every half second on a thread: (time, state, alive) while it runs."""
+
+    def __init__(self, p: Project) -> None:
+        import threading
+
+        self.p, self.seen, self.done = p, [], threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        import time
+
+        from sweeps.ops import operate
+
+        while not self.done.wait(0.5):
+            try:
+                s = operate.status("latest")
+            except Exception:  # noqa: BLE001 - no sweep or no status yet
+                continue
+            if s.get("state") in ("running", "paused", "stopping"):
+                self.seen.append((time.time(), s["state"], bool(s.get("alive"))))
+
+    def stop(self) -> list[tuple[float, str, bool]]:
+        self.done.set()
+        self.thread.join(timeout=10)
+        return self.seen
+
+
+def _trial_runs(uri: str, rec: dict[str, Any]) -> list[Any]:
+    runs = mlflow_client(uri).search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")
+    return sorted(runs, key=lambda r: r.info.start_time)
+
+
+def test_a_hosted_sweep_stops_without_signals_and_stays_alive_through_slow_uploads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In order, on the sweeps of one host program (a real ``mlflow server`` behind a proxy that holds each
+    artifact upload 6 s, under the client's 10 s read time-out; a driver lease of 4 s):
+
+    - each trial's model upload outlasts the lease: the next trial starts while it is in flight, and ``status``
+      says the driver is alive throughout the run;
+    - the live folder refuses answers for a while: the sweep goes on and answers once it can;
+    - ``sweeps stop`` from another shell ends it (the API returns ``interrupted``, ``stopped``), ``stop --now``
+      ends its resume, the stall watchdog a third sweep: the host's SIGINT handler never runs.
+    """
     import time
 
+    from slowstore import SlowProxy
+
+    from sweeps.tracking import server as mlflow_server
+
     p = Project(tmp_path)
+    (tmp_path / "server").mkdir()
+    srv = mlflow_server.start(f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
+                              artifacts_destination=tmp_path / "server" / "artifacts", log_path=tmp_path / "srv.log")
+    proxy = SlowProxy(srv.url, delay_s=6.0)
     (p.root / "host.py").write_text(HOST)
-    host = subprocess.Popen([sys.executable, "host.py", *ARGS], cwd=p.root, env=p.env.env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**p.env.env, "SWEEPS_LEASE_S": "4"}
+    for key in ("SWEEPS_HOME", "SWEEPS_CONF_DIR"):  # this process's `operate.status("latest")` reads the same
+        monkeypatch.setenv(key, env[key])
+    host = subprocess.Popen([sys.executable, "host.py", *ARGS, f"tracking.uri={proxy.url}"], cwd=p.root, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines = Lines(host)
+    watcher = Watcher(p)
     try:
         wait_for(lambda: _running(p), 300, 1.0, "the hosted sweep's first trial to run")
+        rec = p.record()
+        two = wait_for(lambda: (lambda r: r if len(r) >= 2 and r[0].info.status == "FINISHED" else None)(
+            _trial_runs(srv.url, rec)), 300, 1.0, "the first trial's run to end and the second's to start")
+        assert proxy.uploads and two[0].data.tags.get("best_model"), "the first trial's model went to the store"
+        assert two[1].info.start_time < two[0].info.end_time, \
+            "the next trial started while the first one's model was still uploading"
         _answers_once_it_can(p)
         stop = p.run("stop", "latest", timeout=180)
         assert stop.returncode == 0 and "applied" in stop.stdout, stop.stdout + stop.stderr
         first = lines.result()
         assert first["status"] == "interrupted" and first["reason"] == "stopped" and not first["host_sigint"], first
         sweep_id = first["sweep"]
+        seen = [x for x in watcher.stop() if x[0] > min(u[0] for u in proxy.uploads)]
+        assert seen and all(alive for _, _, alive in seen), [x for x in seen if not x[2]][:5]
 
         since = time.time()
         wait_for(lambda: _running(p, since), 300, 1.0, "the resumed sweep's trial to run")
@@ -160,64 +226,12 @@ def test_stop_stop_now_and_the_stall_watchdog_end_a_sweep_in_a_host_thread_witho
 
         rec = json.loads((p.env.home / "sweeps" / f"{sweep_id}.json").read_text())
         assert rec["status"] == "interrupted" and rec["lease_expires"] is None, rec
-        runs = mlflow_client(p.env.tracking_uri).search_runs([rec["mlflow_experiment_id"]])
+        runs = mlflow_client(srv.url).search_runs([rec["mlflow_experiment_id"]])
         assert runs and "RUNNING" not in {r.info.status for r in runs}, [r.info.status for r in runs]
     finally:
+        watcher.stop()
         if host.poll() is None:
             host.kill()
-        p.env.cleanup()
-
-
-def test_a_slow_artifact_store_holds_neither_the_next_trial_nor_the_drivers_lease(tmp_path: Path) -> None:
-    """Each trial's model upload takes longer than the driver's lease (a proxy holds every artifact upload 6 s,
-    under the client's 10 s read time-out; the lease is 4 s): ``status`` says the driver is alive throughout, and the next trial starts while the upload
-    is in flight. Why its own sweep: the artifact store is the subject (a real ``mlflow server`` behind a slow
-    proxy)."""
-    import time
-
-    from conftest import SweepsEnv
-    from slowstore import SlowProxy
-
-    from sweeps.ops import operate
-    from sweeps.tracking import server as mlflow_server
-
-    env = SweepsEnv(tmp_path)
-    (tmp_path / "server").mkdir()
-    srv = mlflow_server.start(f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}",
-                              artifacts_destination=tmp_path / "server" / "artifacts", log_path=tmp_path / "srv.log")
-    proxy = SlowProxy(srv.url, delay_s=6.0)
-    try:
-        proc = env.popen("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
-                         "sweep.max_concurrent_trials=1", "trainable.num_workers=1", "trainable.params.epochs=2",
-                         "search_space.lr={dist: choice, values: [0.03]}", "report.enabled=false",
-                         f"tracking.uri={proxy.url}", extra_env={"SWEEPS_LEASE_S": "4"})
-        seen: list[tuple[float, str, bool]] = []
-        while proc.poll() is None:
-            found = list((env.home / "sweeps").glob("[!.]*.json")) if (env.home / "sweeps").is_dir() else []
-            if found:
-                exp = json.loads(found[0].read_text())["experiment_dirs"][-1]
-                try:
-                    s = operate.status(exp)
-                except Exception:  # noqa: BLE001 - no status written yet
-                    s = None
-                if s and s["state"] in ("running", "paused", "stopping"):
-                    seen.append((time.time(), s["state"], bool(s["alive"])))
-            time.sleep(0.5)
-        out = proc.stdout.read()  # type: ignore[union-attr]
-        assert proc.returncode == 0, out[-4000:]
-        assert proxy.uploads, "the models were uploaded through the slow store"
-        first_upload = min(u[0] for u in proxy.uploads)
-        during = [x for x in seen if x[0] > first_upload]
-        assert during and all(alive for _, _, alive in during), [x for x in seen if not x[2]][:5]
-        rec = json.loads(next((env.home / "sweeps").glob("[!.]*.json")).read_text())
-        c = mlflow_client(srv.url)
-        runs = sorted(c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'"),
-                      key=lambda r: r.info.start_time)
-        assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}, [r.info.status for r in runs]
-        assert all(r.data.tags.get("best_model") for r in runs), "each trial kept its model"
-        assert runs[1].info.start_time < runs[0].info.end_time, \
-            "the next trial started while the first one's model was still uploading"
-    finally:
         proxy.stop()
         srv.stop()
-        env.cleanup()
+        p.env.cleanup()
