@@ -156,6 +156,11 @@ def test_tune_files_names_are_tunes_and_with_the_lever_off_no_copy_is_kept(lever
     levers_on.setattr(tuner_internal, "_TUNER_PKL", "tuner-v2.pkl")
     assert "tuner-v2.pkl" in (core.why_not(tune_files.LEVER) or "")
     levers_on.undo()
+    from ray.tune.callback import CallbackList
+
+    levers_on.setattr(CallbackList, "get_state", lambda self: [c.get_state() for c in self._callbacks])
+    assert "not one state per callback" in (core.why_not(tune_files.LEVER) or "")
+    levers_on.undo()
     (tmp_path / tune_files.TUNER).write_bytes(b"a tuner")
     levers_on.delenv(core.OFF, raising=False)
     core.forget()

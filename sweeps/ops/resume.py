@@ -38,6 +38,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     resumed from their last checkpoint when ``retry_errored``. The searcher's state is restored by Tune, the
     scheduler's by the sweep (:mod:`sweeps.execution.run.schedstate`).
     """
+    from sweeps.execution.levers.tune_files import CALLBACK_PREFIX
     from sweeps.execution.run import recovery
     from sweeps.execution.run.owner import Run, can_restore
 
@@ -52,7 +53,7 @@ def resume(sweep_id: str, retry_errored: bool = False, extra: list[str] | None =
     if not can_restore(exp_dir):
         raise BadInput(recovery.way_out(rec.sweep_id, f"no resumable Tune state in {exp_dir} (the driver died "
                                                       f"before Tune saved its first snapshot)"))
-    lost = [n for n in notes if n.startswith(recovery.CALLBACK_PREFIX) and "no good copy" in n]
+    lost = [n for n in notes if n.startswith(CALLBACK_PREFIX) and "no good copy" in n]
     with launched(spec) as (the_plan, c):
         _reopen_parent(c, rec)
         rec = claim(rec.sweep_id, status="running", live_state="")

@@ -5,7 +5,8 @@ Tune saves an experiment as ``tuner.pkl`` and, per driver session, ``experiment_
 ``tuner_internal._TUNER_PKL``: names Tune does not promise to keep). The sweep keeps a last good copy of that set
 (a killed driver or a full disk can leave a half-written state) and puts it back on ``resume``
 (:mod:`sweeps.execution.run.recovery`); reports and the searcher's restore find the files by these names. The
-probe holds every name below equal to Tune's own constants. Fallback: no good copies are kept and none is put
+probe holds every name below equal to Tune's own constants, and the callbacks' file to its layout (one state per
+callback, by its place: :func:`callback_states`). Fallback: no good copies are kept and none is put
 back (``resume`` restores Tune's state as Tune left it, and says so when it cannot).
 """
 
@@ -31,10 +32,27 @@ def _probe() -> str | None:
               SEARCHER_PREFIX + "{}.pkl": getattr(Searcher, "CKPT_FILE_TMPL", None),
               CALLBACK_PREFIX + "{}.pkl": getattr(CallbackList, "CKPT_FILE_TMPL", None)}
     moved = [f"{mine!r} is {found!r} in Tune" for mine, found in theirs.items() if mine != found]
-    return "; ".join(moved) or None
+    if moved:
+        return "; ".join(moved)
+    from ray.tune import Callback
+
+    class Kept(Callback):  # type: ignore[misc]
+        def get_state(self) -> dict[str, int]:
+            return {"kept": 1}
+
+    layout = CallbackList([Callback(), Kept()]).get_state()
+    if callback_states_of(layout) != [{"kept": 1}]:
+        return f"CallbackList.get_state() returned {layout!r}, not one state per callback by its place"
+    return None
 
 
 LEVER = Lever(name="tune_files", package="ray", checked=("2.53.", "2.60."),
               what="the sweep keeps a last good copy of Tune's experiment state files and puts it back on resume",
               fallback="no good copies: resume restores Tune's state as Tune left it (a damaged one is said)",
               probe=_probe)
+
+
+def callback_states_of(saved: object) -> list[dict]:  # type: ignore[type-arg]
+    """The callbacks' states in what a ``callback-states-*.pkl`` holds once unpickled (a dict of each callback's
+    place to its state); [] for anything else."""
+    return [v for v in saved.values() if isinstance(v, dict)] if isinstance(saved, dict) else []

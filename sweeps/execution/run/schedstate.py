@@ -216,20 +216,21 @@ def _saved_in(experiment_dir: str) -> dict[str, Any] | None:
     import ray.cloudpickle as cloudpickle
 
     from sweeps import uris
+    from sweeps.execution.levers import tune_files
     from sweeps.execution.run import recovery
 
     blobs = [(n, lambda n=n: uris.read_bytes(uris.join(experiment_dir, n)))
-             for n in recovery.newest(experiment_dir, recovery.CALLBACK_PREFIX)]
+             for n in recovery.newest(experiment_dir, tune_files.CALLBACK_PREFIX)]
     kept = recovery.kept_set(experiment_dir)
     blobs += [(n, lambda d=d: d) for n, d in (kept.files.items() if kept else ()) if
-              n.startswith(recovery.CALLBACK_PREFIX)]
+              n.startswith(tune_files.CALLBACK_PREFIX)]
     for file_name, read in blobs:
         try:
             states = cloudpickle.loads(read())
         except Exception as exc:  # a damaged file: an older one, or the kept one, may do
             log.warning("could not read %s of %s (%s)", file_name, experiment_dir, exc)
             continue
-        for state in (states or {}).values():
-            if isinstance(state, dict) and state.get(MARK):
+        for state in tune_files.callback_states_of(states):
+            if state.get(MARK):
                 return state
     return None
