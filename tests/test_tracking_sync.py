@@ -102,43 +102,61 @@ def test_the_report_names_each_trials_model_where_it_ranks_them(tmp_path: Path) 
 
 
 # Each sync process: the real ``sweeps.ops.sync.sync`` over the sweep's record; its trials are the ones this file
-# lays out as Tune does (handed over pickled: the folders hold no experiment state for Tune to read). Each waits
-# for the other right after it looked for a trial's model and found none, so both then make one: the race of two
-# `sweeps sync` started together, every time.
+# lays out as Tune does (handed over pickled: the folders hold no experiment state for Tune to read). Right after
+# it looked for a trial's model (and found none), each waits for the other to have looked too: two `sweeps sync`
+# started together, in the worst order. "lock": the SQLite store's lock alone keeps them apart (once the other
+# asked for a model of the sweep, it waits on the lock: after 2 s the first goes on); "checks": no lock, as two
+# machines writing to one server, and the checks after create alone settle which model stands.
 RACER = """
-import pathlib, pickle, sys, time
+import contextlib, logging, pathlib, pickle, sys, time
 from sweeps.ops import sync
 from sweeps.tracking import models
 
-trials, meeting = pickle.loads(pathlib.Path(sys.argv[1]).read_bytes()), pathlib.Path(sys.argv[2])
+trials = pickle.loads(pathlib.Path(sys.argv[1]).read_bytes())
+meeting, (name, sweep_id, mode) = pathlib.Path(sys.argv[2]), sys.argv[3:6]
 sync.load_records = lambda *a, **k: trials
-looked, find = set(), models.find
+if mode == "lock":
+    models._yield = lambda *a, **k: None
+else:
+    models._writing = lambda *a, **k: contextlib.nullcontext()
+looked, find, upsert = set(), models.find, models.upsert
+
+def wait(pattern, n, seconds):
+    deadline = time.monotonic() + seconds
+    while len(list(meeting.glob(pattern))) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+def asking(client, experiment_id, run_id, sweep_id, trial_id, *args, **kwargs):
+    (meeting / "asked" / f"{trial_id}.{name}").touch()
+    return upsert(client, experiment_id, run_id, sweep_id, trial_id, *args, **kwargs)
 
 def find_then_meet(client, experiment_id, sweep_id, trial_id):
     found = find(client, experiment_id, sweep_id, trial_id)
     if trial_id not in looked:
         looked.add(trial_id)
-        (meeting / f"{trial_id}.{sys.argv[3]}").touch()
-        deadline = time.monotonic() + 60
-        while len(list(meeting.glob(f"{trial_id}.*"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        (meeting / f"{trial_id}.{name}").touch()
+        if mode == "lock":  # the other asked for a model of the sweep: it holds the lock, or waits on it
+            wait(f"asked/*.{'two' if name == 'one' else 'one'}", 1, 60)
+        wait(f"{trial_id}.*", 2, 60 if mode == "checks" else 2)
     return found
 
-models.find = find_then_meet
-print(sync.sync(sys.argv[4]))
+models.find, models.upsert = find_then_meet, asking
+logging.basicConfig(level=logging.WARNING, format=name + " %(name)s %(levelname)s %(message)s")
+logging.getLogger("sweeps.tracking.models").setLevel(logging.DEBUG)
+print(sync.sync(sweep_id))
 """
 
 
-def test_two_syncs_at_once_leave_one_model_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two ``sync`` processes on one SQLite store, each past its look for a trial's model before either makes
-    one: each trial ends with one model, READY, with its metrics (MLflow has no unique key on models)."""
+def _race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, trial_ids: str) -> list[str]:
+    """Two ``sync`` processes at once (``mode``) over a sweep of ``trial_ids`` on one SQLite store; each trial
+    ends with one model, READY, with its metrics. Returns who looked for which trial's model (``a.one``...)."""
     import pickle
     import subprocess
     import sys
 
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
     c, rec = _setup(tmp_path)
-    trials = [_trial(tmp_path, tid, accs) for tid, accs in (("a", [0.6]), ("b", [0.9, 0.7]), ("c", [0.8]))]
+    trials = [_trial(tmp_path, tid, [0.5 + i / 10, 0.4]) for i, tid in enumerate(trial_ids)]
     for t in trials:  # the sweep's trial runs, as its tracker left them
         run = c.create_run(rec.mlflow_experiment_id, run_name=f"run_trial_{t.trial_id}", tags={
             tracking.PARENT_TAG: rec.parent_run_id, tracking.RUN_TAG_SWEEP: SWEEP, tracking.RUN_TAG_TRIAL: t.trial_id,
@@ -147,14 +165,28 @@ def test_two_syncs_at_once_leave_one_model_per_trial(tmp_path: Path, monkeypatch
     store.save(rec)
     (tmp_path / "trials.pkl").write_bytes(pickle.dumps(trials))
     meeting = tmp_path / "meeting"
-    meeting.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "trials.pkl"), str(meeting), name, SWEEP],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("one", "two")]
+    (meeting / "asked").mkdir(parents=True)
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "trials.pkl"), str(meeting), name, SWEEP,
+                               mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name in ("one", "two")]
     outs = [p.communicate(timeout=100)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    assert sorted(f.name for f in meeting.iterdir()) == [f"{t}.{n}" for t in "abc" for n in ("one", "two")], \
-        "both looked before either made a model"
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
     found = models.models_of(c, rec.mlflow_experiment_id, SWEEP)
-    assert sorted(m.tags[models.TAG_TRIAL] for m in found) == ["a", "b", "c"], (
-        [(m.tags[models.TAG_TRIAL], m.model_id) for m in found], outs)
+    assert sorted(m.tags[models.TAG_TRIAL] for m in found) == sorted(trial_ids), (
+        [(m.tags[models.TAG_TRIAL], m.model_id, str(m.status), m.creation_timestamp) for m in found], "\n".join(outs))
     assert all(str(m.status) == "READY" and m.metrics for m in found), [(m.model_id, m.status) for m in found]
+    return sorted(f.name for f in meeting.iterdir() if f.is_file())
+
+
+def test_two_syncs_on_one_machine_leave_one_model_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a SQLite store the second ``sync`` waits for the first one's model (the store's lock), then finds it:
+    each trial ends with one model, READY, with its metrics."""
+    _race(tmp_path, monkeypatch, "lock", "ab")
+
+
+def test_two_syncs_on_two_machines_leave_one_model_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Without a lock in common (two machines, one server), each ``sync`` past its look before either made a
+    model: the checks after create leave one model per trial (MLflow has no unique key on models)."""
+    met = _race(tmp_path, monkeypatch, "checks", "abc")
+    assert met == [f"{t}.{n}" for t in "abc" for n in ("one", "two")], "both looked before either made a model"

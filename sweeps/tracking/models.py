@@ -77,11 +77,17 @@ def _refuse(uri: str, why: str) -> bool:
 
 
 def find(client: Any, experiment_id: str, sweep_id: str, trial_id: str) -> Any:
-    """The trial's model, or None; of two (writers that raced before :func:`_yield` settled it) the first made."""
+    """The trial's model, or None; of two (writers that raced before :func:`_yield` settled it) a finished one,
+    else the first made."""
     found = client.search_logged_models(
         [experiment_id], filter_string=f"tags.`{TAG_SWEEP}` = '{sweep_id}' AND tags.`{TAG_TRIAL}` = '{trial_id}'",
         max_results=PAGE)
-    return min(found, key=lambda m: (m.creation_timestamp or 0, str(m.model_id)), default=None)
+    return min(found, key=_standing, default=None)
+
+
+def _standing(model: Any) -> tuple[bool, int, str]:
+    """Of two models of one trial, the one that stands sorts first: a finished one, else the first made."""
+    return str(model.status) == "PENDING", model.creation_timestamp or 0, str(model.model_id)
 
 
 def of_sweep(client: Any, experiment_id: str, sweep_id: str, kind: str = "trial") -> dict[str, str]:
@@ -117,42 +123,59 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
     ``status``: one of :data:`STATUSES` (a failed trial's model is FAILED); ``dataset``: the (name, digest) the
     trainable declares, which its metrics are linked to; ``kind``: ``trial``, or ``confirm`` for a re-run of
     ``sweeps confirm`` (tagged ``sweeps.confirm``, never ranked)."""
-    model = find(client, experiment_id, sweep_id, trial_id)
-    tags = {TAG_SWEEP: sweep_id, TAG_TRIAL: trial_id, TAG_KIND: kind, TAG_STATUS: status, TAG_CKPT: checkpoint,
-            TAG_STEP: str(result.get("training_iteration", "")), **({TAG_DONOR: donor} if donor else {}),
-            **({TAG_CONFIRM: "true"} if kind == "confirm" else {})}
-    action = "updated"
-    final = "FAILED" if status == "failed" else "READY"
-    if model is not None and _holds(model, tags, final):
-        return Upserted(str(model.model_id), "unchanged")
-    if model is not None and (model.tags or {}).get(TAG_CKPT) != checkpoint:
-        client.delete_logged_model(model.model_id)
-        model, action = None, "replaced"
-    if model is None:
-        model = client.create_logged_model(experiment_id, name=f"{sweep_id}-{trial_id}", source_run_id=run_id,
-                                           tags=tags, params={str(k): str(v)[:6000] for k, v in params.items()})
-        action = "made" if action == "updated" else action
-        if (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+    with _writing(client, sweep_id):
+        model = find(client, experiment_id, sweep_id, trial_id)
+        tags = {TAG_SWEEP: sweep_id, TAG_TRIAL: trial_id, TAG_KIND: kind, TAG_STATUS: status, TAG_CKPT: checkpoint,
+                TAG_STEP: str(result.get("training_iteration", "")), **({TAG_DONOR: donor} if donor else {}),
+                **({TAG_CONFIRM: "true"} if kind == "confirm" else {})}
+        action = "updated"
+        final = "FAILED" if status == "failed" else "READY"
+        if model is not None and _holds(model, tags, final):
+            return Upserted(str(model.model_id), "unchanged")
+        if model is not None and (model.tags or {}).get(TAG_CKPT) != checkpoint:
+            client.delete_logged_model(model.model_id)
+            model, action = None, "replaced"
+        if model is None:
+            model = client.create_logged_model(experiment_id, name=f"{sweep_id}-{trial_id}", source_run_id=run_id,
+                                               tags=tags, params={str(k): str(v)[:6000] for k, v in params.items()})
+            action = "made" if action == "updated" else action
+            if (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+                return Upserted(str(first.model_id), "unchanged")
+        else:
+            client.set_logged_model_tags(model.model_id, tags)
+        try:
+            _fill(client, model, run_id, checkpoint, result, dataset, fresh=action != "updated")
+        except BaseException:
+            _drop(client, model.model_id)  # never left PENDING, nor half-filled for a later attempt to take as done
+            raise
+        if action != "updated" and (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
             return Upserted(str(first.model_id), "unchanged")
-    else:
-        client.set_logged_model_tags(model.model_id, tags)
-    try:
-        _fill(client, model, run_id, checkpoint, result, dataset, fresh=action != "updated")
-    except BaseException:
-        _drop(client, model.model_id)  # never left PENDING, nor half-filled for a later attempt to take as done
-        raise
-    if action != "updated" and (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
-        return Upserted(str(first.model_id), "unchanged")
-    client.finalize_logged_model(model.model_id, final)
-    return Upserted(str(model.model_id), action)
+        client.finalize_logged_model(model.model_id, final)
+        return Upserted(str(model.model_id), action)
+
+
+def _writing(client: Any, sweep_id: str) -> Any:
+    """One writer of the sweep's models at a time on this machine, for a SQLite store (a lock file beside it):
+    a second ``sync`` then finds the first one's model. A server's store, written from several machines, has
+    :func:`_yield`."""
+    import contextlib
+
+    uri = str(getattr(client, "tracking_uri", "") or "")
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    return FileLock(f"{uri[len('sqlite:///'):]}.{sweep_id}.models.lock")
 
 
 def _yield(client: Any, experiment_id: str, sweep_id: str, trial_id: str, mine: Any) -> Any:
-    """The model another writer made first for the same trial (a second ``sync`` at the same time: MLflow has
-    no unique key on models), after deleting ``mine``; None when ``mine`` stands.
+    """The model another writer made for the same trial (a second ``sync`` at the same time, on another machine:
+    MLflow has no unique key on models) that stands instead of ``mine``, after deleting ``mine``; None when
+    ``mine`` stands.
 
-    Every writer checks after it creates, and again after it fills (when any model made meanwhile is seen):
-    the first made stands (creation time, then id), so the writers agree which, and exactly one is left."""
+    Every writer checks after it creates, and again after it fills (when any model made meanwhile is seen): a
+    finished model stands, else the first made (creation time, then id), so the writers agree which, and one
+    is left."""
     first = find(client, experiment_id, sweep_id, trial_id)
     if first is None or first.model_id == mine.model_id:
         return None
@@ -211,12 +234,35 @@ def rank(client: Any, experiment_id: str, sweep_id: str, ranked: Iterable[str], 
         if place is not None and place != had:
             client.set_logged_model_tags(m.model_id, {TAG_RANK: place})
         elif place is None and had is not None:
-            client.delete_logged_model_tag(m.model_id, TAG_RANK)
-    best = min((m for m in found if m.tags[TAG_TRIAL] in places), key=lambda m: int(places[m.tags[TAG_TRIAL]]),
-               default=None)
+            _untag(client, m.model_id, TAG_RANK)
+    best = min((m for m in sorted(found, key=_standing) if m.tags[TAG_TRIAL] in places),
+               key=lambda m: int(places[m.tags[TAG_TRIAL]]), default=None)
     if best is not None and parent_run_id:
-        client.set_tag(parent_run_id, "sweeps.best_model_id", best.model_id)
+        _again(client.set_tag, parent_run_id, "sweeps.best_model_id", best.model_id)
     return str(best.model_id) if best is not None else None
+
+
+def _again(write: Any, *args: Any) -> None:
+    """A write that says the same whoever makes it, tried twice: MLflow sets a run's tag by read-then-insert, so
+    a second ``sync`` setting it at the same moment collides once (a duplicate key); the second try updates."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        write(*args)
+    except MlflowException as exc:
+        log.debug("%s collided (%s); once more", getattr(write, "__name__", "a write"), exc)
+        write(*args)
+
+
+def _untag(client: Any, model_id: str, key: str) -> None:
+    """Take a tag off a model; one a concurrent ``sync`` took off first is gone all the same."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.delete_logged_model_tag(model_id, key)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
 
 
 def ids_for(rec: Any) -> dict[str, str]:
