@@ -2,12 +2,14 @@
 
 A trial's model is named ``<sweep>-<trial>``, its source run is the trial's child run, its parameters are the
 trial's, its metrics are those of the best checkpoint's report (logged on the run with the model's id, at that
-step), and its tags say the sweep, the trial, how the trial ended, its rank in the report and, for PBT, the
-donor the scoring checkpoint descends from. Its artifacts are the checkpoint's files, stored once (no copy
-beside the run). A model is found again by its sweep and trial tags, so ``resume``, ``sync`` and a retried
-write update it rather than make a second; when the trial's best checkpoint changed, the model is replaced
-(its metrics were another checkpoint's). A store that cannot hold LoggedModels (a server of MLflow 2, by its
-``/version`` or by the 404 its LoggedModel API answers) keeps the checkpoint as the run's artifacts, said once.
+step), and its tags say the sweep, the trial, how the trial ended, its rank in the report and, for PBT, the donor
+the scoring checkpoint descends from. Its artifacts are the checkpoint's files, stored once (no copy beside the
+run). A model is found again by its sweep and trial tags, so ``resume``, ``sync`` and a retried write update it
+rather than make a second, also two ``sync`` at once (MLflow has no unique key on models: one writer at a time per
+machine on a SQLite store, and checks after create across machines); when the trial's best checkpoint changed, the
+model is replaced (its metrics were another checkpoint's). A store that cannot hold LoggedModels (a server of MLflow
+2, by its ``/version`` or by the 404 its LoggedModel API answers) keeps the checkpoint as the run's artifacts, said
+once.
 """
 
 from __future__ import annotations
