@@ -184,3 +184,23 @@ def test_a_ray_jobs_entrypoint_is_told_apart_and_with_the_lever_off_it_is_not(le
         assert livestatus.launched_by() == "ray job"
     _off(levers_on, "job_entrypoint")
     assert livestatus.launched_by() == "cli"
+
+
+def test_a_graceful_stop_asked_in_process_waits_for_the_running_trials_checkpoints() -> None:
+    """``Run.request_stop(now=False)`` (an API caller's ``stop``): no trial starts, and the stop waits for the
+    trials running now, as ``sweeps stop`` does; a second ask changes nothing."""
+    from types import SimpleNamespace
+
+    from sweeps.execution.run import control, session
+    from sweeps.execution.run.owner import Run
+
+    live = session.start("s-grace")
+    live.callbacks["live"] = SimpleNamespace(trials=[SimpleNamespace(trial_id="a", status="RUNNING"),
+                                                     SimpleNamespace(trial_id="b", status="PENDING")])
+    run = Run(spec=None, sweep_id="s", name="s-grace", tuner=None)  # type: ignore[arg-type]
+    run.request_stop(now=False, why="the host")
+    c = control.control_of("s-grace")
+    assert c.stopping and c.stopping["waiting"] == ["a"] and not c.stopping["now"] and not c.may_start()
+    run.request_stop(now=False, why="again")
+    assert c.stopping["by"] == "the host" and not live.interrupt.asked, "nothing stops before the checkpoints"
+    session.end("s-grace")
