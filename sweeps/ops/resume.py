@@ -107,8 +107,8 @@ def extend(sweep_id: str, more_trials: int, extra: list[str] | None = None) -> r
 
 def _refuse_spent_time(spec: Any, rec: store.SweepRecord) -> None:
     """A time budget is the sweep's across its runs: an extension of a sweep that spent it would run nothing."""
-    budget, used = spec.sweep.time_budget_s, rec.running_s if rec.running_s is not None else rec.wall_s
-    if budget is not None and used is not None and used >= budget:
+    budget, used = spec.sweep.time_budget_s, rec.counted_s
+    if budget is not None and used >= budget:
         raise BadInput(f"sweep.time_budget_s: sweep {rec.sweep_id} has spent its time budget ({used:.0f} s of "
                        f"{budget:g} s; the budget counts every run of the sweep); raise it to extend: `python -m "
                        f"sweeps extend {rec.sweep_id} --more-trials N sweep.time_budget_s={int(used) + 600}`")

@@ -154,9 +154,7 @@ def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple
         control.trial_stops[str(tid)] = {"by": by, "at": time.time(), "request": request.get("id")}
         return "accepted", f"trial {tid} ends at its next report, as an early stop"
     if verb in ("stop", "stop_now"):
-        waiting = [t.trial_id for t in trials if t.status == "RUNNING"]
-        control.stopping = {"by": by, "since": time.time(), "now": verb == "stop_now", "waiting": waiting,
-                            "request": request.get("id")}
+        waiting = _stopping(control, by, verb == "stop_now", trials, request.get("id"))
         return "accepted", ("stopping now: running trials are killed" if verb == "stop_now" else
                             f"no trial starts; the sweep stops once its {len(waiting)} running trial(s) saved a "
                             f"checkpoint again")
@@ -189,11 +187,15 @@ def stop_after_checkpoints(name: str, why: str) -> None:
     """As ``sweeps stop`` does, asked from this process (an API call): no trial starts, and once every running
     trial saved a checkpoint again (or ended) the run stops (:func:`request_stop`)."""
     c = control_of(name)
-    if c.stopping:
-        return
-    record = session.session(name).callbacks.get("live")
-    running = [t.trial_id for t in getattr(record, "trials", []) if t.status == "RUNNING"]
-    c.stopping = {"by": why, "since": time.time(), "now": False, "waiting": running, "request": None}
+    if not c.stopping:
+        _stopping(c, why, False, getattr(session.session(name).callbacks.get("live"), "trials", []), None)
+
+
+def _stopping(c: Control, by: str, now: bool, trials: list[Any], request: str | None) -> list[str]:
+    """Set the run's pending stop (it waits for the trials running now); the trials it waits for."""
+    waiting = [t.trial_id for t in trials if t.status == "RUNNING"]
+    c.stopping = {"by": by, "since": time.time(), "now": now, "waiting": waiting, "request": request}
+    return waiting
 
 
 def fitting(name: str) -> Any:

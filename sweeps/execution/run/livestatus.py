@@ -71,6 +71,7 @@ class _LiveRecord:
         self.last: dict[str, Any] | None = None  # the status as last built (the heartbeat renews its lease)
         self.unwritten = False  # the last status could not be written: the heartbeat tries again
         self.unanswered: dict[str, tuple[str, str]] = {}  # request id -> (state, why) not yet written
+        self.put_at = 0.0  # when a status was last written
         self.failures = 0
 
     def tick(self) -> None:
@@ -112,7 +113,7 @@ class _LiveRecord:
             self.unwritten = True
             self._failed("write the sweep's status", exc)
             return False
-        self.unwritten = False
+        self.unwritten, self.put_at = False, time.time()
         return True
 
     def _failed(self, what: str, exc: Exception) -> None:
@@ -144,8 +145,9 @@ class _LiveRecord:
         with self.lock:
             if self.last is None:
                 return
-            self.last["driver"]["lease_expires"] = lease.expiry()
-            self._put(self.last)
+            if self.unwritten or time.time() - self.put_at >= lease.LEASE_S / 4:  # else Tune's loop keeps it fresh
+                self.last["driver"]["lease_expires"] = lease.expiry()
+                self._put(self.last)
             self._answer_kept()
             if not self.unwritten and not self.unanswered and self.failures:
                 log.info("the sweep's live status is written again")
