@@ -82,6 +82,7 @@ class TrainableCfg:
     extra: str | None = None  # the package extra that installs them (pip install 'sweeps[EXTRA]')
     dataset: tuple[str, str] | None = None  # (name, digest) of the data it trains on: the models' metrics name it
     script: dict[str, Any] | None = None  # the script adapter's ScriptSpec fields (sweeps.config.sections.script)
+    in_process: bool | None = None  # None: auto (sweeps.execution.resources.plan.in_process decides)
 
     def loop_extras(self, metric: str) -> dict[str, Any]:
         """What the loop and the loader get beside the params: a script trainable's spec, with the metric it

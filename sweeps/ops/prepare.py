@@ -33,6 +33,13 @@ def prepare(overrides: Sequence[str], space: Mapping[str, Any] | None = None) ->
     return spec
 
 
+def _workers(spec: SweepSpec) -> str:
+    """The trainable's workers as a trial runs them."""
+    if plan.in_process(spec):
+        return "1 process: in the trial's own process (Train's local mode), reused for the next trial"
+    return f"{plan.workers(spec)} worker(s)"
+
+
 def dry_run(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
     """The composed sweep (``overrides``: what composed it, for the config files it came from), its space and
     the resource plan, as text (nothing is started)."""
@@ -42,8 +49,8 @@ def dry_run(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
         plan_text = remote.describe(spec)
     lines = [
         f"sweep          : {spec.sweep.name} ({spec.sweep.metric}, {spec.sweep.mode})",
-        f"trainable      : {spec.trainable.name} ({spec.trainable.loop}), {spec.trainable.num_workers} "
-        f"worker(s), use_gpu={spec.trainable.use_gpu}",
+        f"trainable      : {spec.trainable.name} ({spec.trainable.loop}), {_workers(spec)}, "
+        f"use_gpu={spec.trainable.use_gpu}",
         f"searcher       : {spec.searcher_name}    scheduler: {spec.scheduler_name}",
         f"tracking       : {spec.tracking.uri} (experiment {spec.tracking.experiment})",
         f"storage        : {spec.storage_path}",

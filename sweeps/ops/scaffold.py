@@ -140,6 +140,7 @@ builder: {builder}
 load_model: {load_model}  # load_model(checkpoint_dir, config): how `sweeps promote` reads a checkpoint
 metrics: {metrics}
 num_workers: 1
+in_process: auto   # a 1-worker CPU trial trains in its trial's own process, reused for the next; false: a worker group
 use_gpu: false
 resources_per_worker: {{CPU: 1}}
 placement_strategy: PACK

@@ -33,9 +33,11 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     extra = r.get("trainable", "extra", "str", default=None)
     dataset = _dataset(r, r.get("trainable", "dataset", "map", default=None))
     script = script_section.parse(r, t.get("script"))
+    in_process = _in_process(r, t.get("in_process", "auto"), workers, bool(script))
     r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
-    if isinstance(workers, int) and workers < 1:
-        r.errors.append(f"trainable.num_workers: must be >= 1, got {workers}")
+    if isinstance(workers, int) and workers < 0:
+        r.errors.append(f"trainable.num_workers: must be >= 0 (0: the loop runs in the trial's own process), "
+                        f"got {workers}")
     if use_gpu and float(rpw.get("GPU", 1)) <= 0:
         r.errors.append("trainable.resources_per_worker.GPU: use_gpu=true needs GPU > 0 per worker")
     for m in metrics or []:
@@ -48,8 +50,31 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
         name=str(t.get("name", loop)), loop=loop, builder=builder, metrics=tuple(map(str, metrics or [])),
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
         checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
-        requires=requires, extra=extra, dataset=dataset, script=script,
+        requires=requires, extra=extra, dataset=dataset, script=script, in_process=in_process,
     )
+
+
+IN_PROCESS = ("auto", "true", "false")
+
+
+def _in_process(r: Reader, value: Any, workers: Any, script: bool) -> bool | None:
+    """``trainable.in_process``: ``auto`` (None: a 1-worker CPU trial runs in its trial's process), true or
+    false; refused where it cannot hold."""
+    told = {"auto": None, True: True, False: False, "true": True, "false": False}.get(value, ...)
+    if told is ...:
+        r.errors.append(f"trainable.in_process: {value!r} is not allowed; choose one of {', '.join(IN_PROCESS)}")
+        return None
+    if told is True and isinstance(workers, int) and workers > 1:
+        r.errors.append(f"trainable.in_process: true needs a single-process trial, but trainable.num_workers is "
+                        f"{workers}; set num_workers=1 or in_process=auto (a multi-worker trial keeps its worker "
+                        "group)")
+    if told is False and workers == 0:
+        r.errors.append("trainable.in_process: false with trainable.num_workers=0; num_workers=0 means the loop "
+                        "runs in the trial's own process: set num_workers=1 for a worker group of one")
+    if script and (told is True or workers == 0):
+        r.errors.append("trainable.in_process: a script trainable runs its script in a Train worker (the launcher's "
+                        "environment); set in_process=auto and num_workers >= 1")
+    return told
 
 
 def _dataset(r: Reader, node: Mapping[str, Any] | None) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.cluster import loopback, memory, shipping, versions
 from sweeps.execution.levers import auth_refresh, core
+from sweeps.execution.resources.plan import workers as trial_workers
 from sweeps.execution.warmstart import pool, warm
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def start(spec: SweepSpec, num_cpus: float | None, custom: dict[str, float] | No
             log_to_driver=spec.cluster.log_to_driver,
             configure_logging=True,
             **dashboard_settings(levers),
-            **worker_pool_settings(levers, trials_at_once, spec.trainable.num_workers),
+            **worker_pool_settings(levers, trials_at_once, trial_workers(spec)),
         )
         return
     address = spec.cluster.address or os.environ.get("RAY_ADDRESS")

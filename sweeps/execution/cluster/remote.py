@@ -21,9 +21,11 @@ from sweeps.execution.resources.plan import (
     Resources,
     _fmt,
     cluster_resources,
+    in_process,
     per_trial,
     total_trials,
     worker_bundle,
+    workers,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,13 @@ def check_node_types(spec: SweepSpec) -> None:
                        f"use_gpu, or add a node type")
 
 
+def shape(spec: SweepSpec) -> str:
+    """What a trial is made of, in words: its own process, or its driver and workers."""
+    if in_process(spec):
+        return "in the trial's own process"
+    return f"driver + {workers(spec)} workers x {_fmt(worker_bundle(spec))}"
+
+
 def holds_a_trial(spec: SweepSpec, res: Resources) -> bool:
     bundle, need = worker_bundle(spec), per_trial(spec)
     fits_worker = any(all(n.get(k, 0.0) >= v for k, v in bundle.items()) for n in res.nodes)
@@ -57,7 +66,7 @@ def _request_one_trial(spec: SweepSpec) -> None:
 
         bundle = worker_bundle(spec)
         driver = {"CPU": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
-        request_resources(bundles=[driver, *[bundle] * spec.trainable.num_workers])
+        request_resources(bundles=[per_trial(spec)] if in_process(spec) else [driver, *[bundle] * workers(spec)])
     except Exception as exc:  # no autoscaler (a fixed cluster): the nodes may still join by hand
         log.debug("request_resources failed: %s", exc)
 
@@ -83,13 +92,12 @@ def wait_for_capacity(spec: SweepSpec, timeout_s: float | None = None) -> Resour
             requested = True
         if waited >= timeout:
             raise NoCapacity(f"the cluster cannot hold one trial after {waited:.0f} s: need {_fmt(need)} "
-                             f"(driver + {spec.trainable.num_workers} workers x {_fmt(worker_bundle(spec))}), cluster "
+                             f"({shape(spec)}), cluster "
                              f"has {_fmt(res.total)} over {len(res.nodes)} node(s); add nodes, or raise "
                              f"cluster.wait_for_resources_s")
         if waited - said >= SAY_EVERY_S:
-            log.info("waiting for resources: need %s (driver + %d workers x %s), cluster has %s over %d node(s)",
-                     _fmt(need), spec.trainable.num_workers, _fmt(worker_bundle(spec)), _fmt(res.total),
-                     len(res.nodes))
+            log.info("waiting for resources: need %s (%s), cluster has %s over %d node(s)",
+                     _fmt(need), shape(spec), _fmt(res.total), len(res.nodes))
             said = waited
         time.sleep(POLL_S)
 
@@ -103,7 +111,7 @@ def remote_plan(spec: SweepSpec) -> Plan:
     conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
     return Plan(per_trial=need, worker_bundle=worker_bundle(spec), concurrent_trials=conc,
                 total_trials=total_trials(spec), max_epochs=spec.trainable.epochs, resources=res,
-                num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0)
+                num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0, workers=workers(spec))
 
 
 DASHBOARD_PORT = 8265
@@ -170,8 +178,7 @@ def describe(spec: SweepSpec) -> str:
     shipped = (", ".join([*shipping.ALWAYS, *shipping.user_packages(spec)]) + " (runtime_env py_modules)"
                if spec.cluster.ship_code else "nothing (cluster.ship_code=false: the nodes' image holds the code)")
     return "\n".join([
-        f"per trial      : {_fmt(per_trial(spec))} (driver + {spec.trainable.num_workers} workers x "
-        f"{_fmt(worker_bundle(spec))})",
+        f"per trial      : {_fmt(per_trial(spec))} ({shape(spec)})",
         f"cluster        : {spec.cluster.address or '$RAY_ADDRESS'}; node types: {types}",
         f"versions       : {seen}",
         f"concurrent     : as many trials as the live cluster holds{f', at most {cap}' if cap else ''} "

@@ -44,12 +44,15 @@ class Plan:
     resources: Resources
     num_cpus_to_start: float | None  # local mode: logical CPUs for ray.init
     data_cpus: float = 0.0
+    workers: int = 1  # Train workers per trial start; 0: the loop runs in the trial's own process
 
     def describe(self) -> str:
         total = "unbounded (until the time budget)" if self.total_trials is None else str(self.total_trials)
+        data = " + Ray Data tasks" if self.data_cpus else ""
+        shape = (f"in the trial's own process, reused for the next trial{data}" if not self.workers else
+                 f"driver + {self.workers} worker(s) x {_fmt(self.worker_bundle)}{data}")
         lines = [
-            f"per trial      : {_fmt(self.per_trial)} (driver + workers x {_fmt(self.worker_bundle)}"
-            f"{' + Ray Data tasks' if self.data_cpus else ''})",
+            f"per trial      : {_fmt(self.per_trial)} ({shape})",
             f"cluster        : {_fmt(self.resources.total)} over {len(self.resources.nodes) or 1} node(s)",
             f"concurrent     : {self.concurrent_trials} trial(s) at a time",
             f"total trials   : {total}",
@@ -75,9 +78,35 @@ def worker_bundle(spec: SweepSpec) -> dict[str, float]:
     return {k: v for k, v in bundle.items() if v}
 
 
+def in_process(spec: SweepSpec) -> bool:
+    """Whether each trial's loop runs in the trial's own process (Train's local mode; the process is reused for
+    the next trial): asked for (``num_workers=0``, ``in_process=true``) or, by default, a 1-worker CPU trial that
+    is not a script. Where the ``local_train`` lever does not apply to the installed Ray (said once), a worker
+    group of one worker instead."""
+    t = spec.trainable
+    wanted = t.num_workers == 0 or t.in_process is True or (
+        t.in_process is None and t.num_workers == 1 and not t.use_gpu and not t.script)
+    if not wanted:
+        return False
+    from sweeps.execution.levers import core, local_train
+
+    return core.applies(local_train.LEVER)
+
+
+def workers(spec: SweepSpec) -> int:
+    """The Train workers each trial starts: none for a trial in its own process."""
+    return 0 if in_process(spec) else max(1, spec.trainable.num_workers)
+
+
 def per_trial(spec: SweepSpec) -> dict[str, float]:
-    need = {k: v * spec.trainable.num_workers for k, v in worker_bundle(spec).items()}
-    need["CPU"] = need.get("CPU", 0.0) + spec.cluster.driver_cpus
+    """What one trial holds: its driver plus its workers, or, in its own process, one bundle (the worker's
+    resources, at least the driver's CPUs)."""
+    if in_process(spec):
+        need = dict(worker_bundle(spec))
+        need["CPU"] = max(need.get("CPU", 0.0), spec.cluster.driver_cpus)
+    else:
+        need = {k: v * workers(spec) for k, v in worker_bundle(spec).items()}
+        need["CPU"] = need.get("CPU", 0.0) + spec.cluster.driver_cpus
     for k, v in spec.cluster.driver_resources.items():
         need[k] = need.get(k, 0.0) + v
     if spec.trainable.datasets:
@@ -189,7 +218,7 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
     short = {k: v for k, v in need.items() if res.total.get(k, 0.0) < v}
     if short:
         raise BadInput(f"trainable.num_workers: one trial needs {_fmt(need)} (driver + "
-                       f"{spec.trainable.num_workers} workers) but the cluster has {_fmt(res.total)}; lower "
+                       f"{workers(spec)} workers) but the cluster has {_fmt(res.total)}; lower "
                        f"trainable.num_workers, or raise cluster.num_cpus (logical CPUs may exceed cores)")
     fit = min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0)
     if local and spec.cluster.num_cpus is None:
@@ -204,4 +233,5 @@ def make_plan(spec: SweepSpec, res: Resources, local: bool) -> Plan:
         per_trial=need, worker_bundle=bundle, concurrent_trials=max(1, conc), total_trials=total_t,
         max_epochs=spec.trainable.epochs, resources=res,
         num_cpus_to_start=res.total["CPU"] if local else None, data_cpus=1.0 if spec.trainable.datasets else 0.0,
+        workers=workers(spec),
     )

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from sweeps import paths, uris
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.resources.plan import Plan
+from sweeps.execution.resources.plan import Plan, in_process
 from sweeps.execution.run import control, firstreport, livestatus, schedstate, session, startup
-from sweeps.execution.tuning.tuner import train_dir
+from sweeps.execution.tuning.tuner import reuse_actors, train_dir
 from sweeps.execution.warmstart import warm
 
 if TYPE_CHECKING:
@@ -29,7 +29,9 @@ HOUSEKEEPERS = ("reaper", "donor_pins", "latest_kept", "sweeper", "pool")
 
 def processes_per_trial(spec: SweepSpec, levers: warm.Levers) -> int:
     """Fresh processes a trial start takes: its Train controller, synchronization actor and workers, and
-    its Tune trial actor unless Tune reuses one."""
+    its Tune trial actor unless Tune reuses one; a trial in its own process, that one only."""
+    if in_process(spec):
+        return 0 if reuse_actors(spec) else 1
     return 2 + spec.trainable.num_workers + (0 if levers.reuse else 1)
 
 

@@ -230,11 +230,13 @@ def _seed(seed: Any, run_dir: str) -> None:
     barrier()  # rank 0's copy is complete before any rank reads it
 
 
-def seeded_loop(config: dict[str, Any]) -> None:
+def seeded_loop(config: dict[str, Any], *, in_process: bool = False) -> None:
     """Every Train worker runs this: seed the run with the trial's Tune checkpoint, then the user's loop.
 
     Seeding is skipped when Train already has a checkpoint (a restarted worker group resumes from its own
-    latest), so ``ray.train.get_checkpoint()`` is the checkpoint to resume from in both cases.
+    latest), so ``ray.train.get_checkpoint()`` is the checkpoint to resume from in both cases. ``in_process``: the
+    loop runs in the trial's own process (:mod:`sweeps.execution.train.inprocess`), which already answers
+    ``get_checkpoint()`` with the trial's checkpoint and has no worker group of its own to wait for.
     """
     import ray.train
 
@@ -242,7 +244,8 @@ def seeded_loop(config: dict[str, Any]) -> None:
     began = time.time()
     rank = ray.train.get_context().get_world_rank()
     stages.stamp(str(config.get("_trial_id")), "loop_start", rank=rank)
-    undo = startup.arm_worker(rank, began, SEED_KEY)  # before the loop's import: it may bind report early
+    undo = startup.arm_worker(rank, began, SEED_KEY, group=not in_process)  # before the loop's import (it may
+    # bind report early)
     try:
         seed = config.pop(SEED_CONFIG, None)
         run_dir = config.pop(RUN_DIR_CONFIG, None)

@@ -76,11 +76,12 @@ def _first_forward(points: dict[str, float]) -> Callable[[], None]:
     return handle.remove  # type: ignore[no-any-return]
 
 
-def arm_worker(rank: int, loop_start: float, skip: str) -> Callable[[], None]:
+def arm_worker(rank: int, loop_start: float, skip: str, group: bool = True) -> Callable[[], None]:
     """In a Train worker, before its loop (begun at ``loop_start``): rank 0's first ``ray.train.report`` (but
     one whose metrics hold ``skip``: sweeps' own seeding report) carries the loop's start and its first forward
-    pass. ``ray.train.report`` is wrapped for the loop's run (a loop imported after this, even with ``from
-    ray.train import report``, calls the wrapper); returns the undo."""
+    pass, and (``group``) the wait for the worker group's placement group; a loop in the trial's own process has
+    none (its trial's wait is the trial's). ``ray.train.report`` is wrapped for the loop's run (a loop imported
+    after this, even with ``from ray.train import report``, calls the wrapper); returns the undo."""
     import ray.train
 
     if rank != 0:
@@ -95,7 +96,7 @@ def arm_worker(rank: int, loop_start: float, skip: str) -> Callable[[], None]:
         if not sent and skip not in metrics:
             sent = True
             unhook()
-            waited = pg_wait_s()  # the worker group's own group: read once the first epoch is done, off the start
+            waited = pg_wait_s() if group else None  # the worker group's own: read after the first epoch
             metrics = add(metrics, **points, **({} if waited is None else {"workers_pg_wait_s": waited}))
         return original(metrics, *args, **kwargs)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.targets import import_dotted
-from sweeps.execution.train import bridge, pins, stages, startup
+from sweeps.execution.train import bridge, inprocess, pins, stages, startup
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class TrialSetup:
     datasets: str | None = None  # dotted path: build_datasets(config) -> {name: ray.data.Dataset}
     sweep_id: str = ""
     lean: bool = False  # the lean trainer (sweeps.execution.warmstart.lean); the installed Ray was checked for it
+    in_process: bool = False  # the loop runs in the trial's own process (Train's local mode, the local_train lever)
     job_env_vars: dict[str, str] | None = None  # a remote job's runtime-env variables; None: inherited
 
 
@@ -168,17 +169,34 @@ def failure_config(worker_max_failures: int) -> Any:
     return ray.train.FailureConfig(**kwargs)
 
 
+class ToTune:
+    """Hands each (metrics, checkpoint) of one trial start to Tune: the sweep metric sanitized, the start's clock
+    on the first report (:mod:`sweeps.execution.train.startup`; ``fit_called``: when ``fit()`` was called).
+    ``ray.tune.report`` returns once Tune has copied the checkpoint and taken the result."""
+
+    def __init__(self, setup: TrialSetup, trial_id: str, fit_called: float | None) -> None:
+        self.setup, self.trial_id, self.fit_called = setup, trial_id, fit_called
+        self.reported = False
+
+    def __call__(self, metrics: dict[str, Any], ckpt: Any) -> None:
+        import ray.tune
+
+        metrics = sanitize(metrics, self.setup.metric, self.setup.mode)
+        tune_ckpt = ray.tune.Checkpoint(ckpt.path, ckpt.filesystem) if ckpt is not None else None
+        if not self.reported:
+            self.reported = True
+            stages.stamp(self.trial_id, "first_report")
+            metrics = _with_clock(metrics, self.fit_called)
+        ray.tune.report(metrics, checkpoint=tune_ckpt)
+
+
 def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, trial_id: str,
          fit_called: float | None = None) -> int:
     """Re-report every (metrics, checkpoint) the controller sends, ack each, until ``fit()`` has ended.
 
-    Returns how many checkpoints were forwarded. ``ray.tune.report`` returns once Tune has copied the
-    checkpoint and taken the result; only then is the controller let go on. The first report carries this
-    start's clock (:mod:`sweeps.execution.train.startup`; ``fit_called``: when ``fit()`` was called).
+    Returns how many checkpoints were forwarded; only once Tune has taken one is the controller let go on.
     """
-    import ray.tune
-
-    forwarded, reported = 0, False
+    to_tune, forwarded = ToTune(setup, trial_id, fit_called), 0
     while True:
         item = channel.receive(timeout=0.25)
         if item is None:
@@ -188,13 +206,7 @@ def pump(channel: bridge.Channel, thread: threading.Thread, setup: TrialSetup, t
             if item is None:
                 return forwarded
         metrics, ckpt = item
-        metrics = sanitize(metrics, setup.metric, setup.mode)
-        tune_ckpt = ray.tune.Checkpoint(ckpt.path, ckpt.filesystem) if ckpt is not None else None
-        if not reported:
-            reported = True
-            stages.stamp(trial_id, "first_report")
-            metrics = _with_clock(metrics, fit_called)
-        ray.tune.report(metrics, checkpoint=tune_ckpt)
+        to_tune(metrics, ckpt)
         forwarded += ckpt is not None
         channel.ack()
 
@@ -224,6 +236,10 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     stages.stamp(trial_id, "trial_up")
     start = ray.tune.get_checkpoint()
     seed = pins.seed_for(start, trial_folder(ctx, setup.storage_path))
+    if setup.in_process:
+        inprocess.run(loop_config(config, setup, start, trial_id, seed), setup, seed,
+                      lambda fit_called: ToTune(setup, trial_id, fit_called))
+        return
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     channel = bridge.Channel()
     trainer = make_trainer(setup, loop_config(config, setup, start, trial_id, seed, run_name), run_name,

@@ -8,7 +8,7 @@ from typing import Any
 
 from sweeps import uris
 from sweeps.config.spec import SweepSpec
-from sweeps.execution.resources.plan import TRIAL_SLOT, Plan
+from sweeps.execution.resources.plan import TRIAL_SLOT, Plan, in_process, per_trial
 from sweeps.execution.train.trial import TrialSetup, run_trial
 from sweeps.execution.tuning.searchers import param_space
 from sweeps.execution.warmstart import warm
@@ -26,7 +26,7 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
         checkpoint_every=t.checkpoint_every, datasets=t.datasets,
         extra_config={"seed": spec.sweep.seed, **t.loop_extras(spec.sweep.metric)},
-        sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean,
+        sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean, in_process=in_process(spec),
         job_env_vars=None if spec.cluster.mode == "local" else job_env_vars(),
     )
 
@@ -48,8 +48,11 @@ def trainable(spec: SweepSpec, sweep_id: str) -> Any:
 
     fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
     # Only the driver's own resources: the Train controller reserves the workers' bundles itself
-    # (docs/ray.md). Extra driver resources can pin drivers to nodes that won't be lost.
-    resources = {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+    # (docs/ray.md). Extra driver resources can pin drivers to nodes that won't be lost. A trial in its own
+    # process holds all it trains with (its GPU too: Ray sets its CUDA_VISIBLE_DEVICES).
+    resources: dict[str, float] = {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources}
+    if in_process(spec):
+        resources = {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in per_trial(spec).items()}
     if spec.cluster.mode == "local":
         resources[TRIAL_SLOT] = 1.0
     return tune.with_resources(fn, resources)
@@ -67,10 +70,13 @@ def limit_pending(plan: Plan) -> None:
 
 
 def reuse_actors(spec: SweepSpec) -> bool:
-    """Whether a finished trial's actor (its driver process) runs the next trial: the ``reuse`` warm-start
-    lever, unless ``SWEEPS_REUSE_ACTORS`` (0 or 1) says otherwise."""
+    """Whether a finished trial's actor (its driver process) runs the next trial: always for trials in their own
+    process (torch, the data and the loop imported once per process), else the ``reuse`` warm-start lever;
+    ``SWEEPS_REUSE_ACTORS`` (0 or 1) overrides both."""
     told = os.environ.get("SWEEPS_REUSE_ACTORS")
-    return told == "1" if told in ("0", "1") else warm.current(spec.cluster.mode == "local").reuse
+    if told in ("0", "1"):
+        return told == "1"
+    return in_process(spec) or warm.current(spec.cluster.mode == "local").reuse
 
 
 def rungs(spec: SweepSpec) -> tuple[int, ...]:
