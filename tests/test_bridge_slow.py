@@ -37,7 +37,8 @@ def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(tmp_path: Pat
     try:
         proc = subprocess.run(
             [sys.executable, str(REPO / "tests" / "bridge_sweep.py"), "0.4", "+experiment=quickstart",
-             "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1", f"trainable.params.epochs={epochs}",
+             "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1", "trainable.in_process=false",
+             f"trainable.params.epochs={epochs}",
              "search_space.lr={dist: choice, values: [0.01]}", f"checkpoint.num_to_keep={keep}",
              "sweep.metric=val/loss", "sweep.mode=min", "cluster.health_check_interval_s=0.1"],
             cwd=env.root, env=env.env, capture_output=True, text=True, timeout=900)

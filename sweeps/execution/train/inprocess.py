@@ -5,11 +5,10 @@ Ray Train's local mode (``ScalingConfig(num_workers=0)``) runs the loop in the c
 ``ray.train.get_checkpoint()`` with the trial's own checkpoint. No Train controller, no worker process: torch,
 the data and the loop's module are imported once per process, and Tune reuses the process for the sweep's next
 trial (``reuse_actors``). What one trial leaves in the process never reaches the next: each trial starts with
-its own CPU-thread count and the random state of a fresh process (torch's default seed, Python's and NumPy's
-reseeded from the OS), no Train utilities of the trial before (its last checkpoint), and the garbage and cached
-CUDA memory of the trial before released; Tune gives each trial its own working directory. A module the loop
-imports keeps its own globals across the trials of a process, as an imported module does (docs/ray.md,
-"Trials in their own process").
+its own CPU-thread count and the random state of a fresh process (torch, Python and NumPy seeded from the OS),
+no Train utilities of the trial before (its last checkpoint), and the garbage and cached CUDA memory of the
+trial before released; Tune gives each trial its own working directory. A module the loop imports keeps its own
+globals across the trials of a process, as an imported module does (docs/ray.md, "Trials in their own process").
 """
 
 from __future__ import annotations
@@ -29,9 +28,6 @@ if TYPE_CHECKING:
     from sweeps.execution.train.trial import TrialSetup
 
 log = logging.getLogger(__name__)
-
-TORCH_DEFAULT_SEED = 67280421310721  # torch's own seed of a fresh process (c10's default_rng_seed_val)
-
 
 def run(config: dict[str, Any], setup: TrialSetup, seed: Any,
         to_tune_for: Callable[[float], Callable[[dict[str, Any], Any], None]]) -> None:
@@ -74,7 +70,7 @@ def fresh_state(setup: TrialSetup) -> None:
     import torch
 
     torch.set_num_threads(threads(setup))
-    torch.manual_seed(TORCH_DEFAULT_SEED)
+    torch.seed()  # as a fresh process's torch: seeded from the OS (every device)
     random.seed()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
