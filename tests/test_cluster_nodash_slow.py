@@ -93,7 +93,9 @@ def trial_ends(home: Path) -> dict[str, float]:
 
 GRID = ["sweep.num_samples=3", "search_space.lr={dist: grid, values: [0.00001, 0.05]}", "scheduler=asha",
         "scheduler.grace_period=1", "scheduler.reduction_factor=2", "scheduler.max_t=4", "trainable.params.epochs=4",
-        "sweep.max_concurrent_trials=4"]
+        "sweep.max_concurrent_trials=4",
+        # the subject is the Train worker groups' placement groups: a worker group of one (1 CPU), driver 1 CPU
+        "trainable.in_process=false", "trainable.resources_per_worker.CPU=1"]
 
 
 @pytest.mark.timeout(1500)

@@ -38,8 +38,10 @@ pytestmark = [
                        reason="worker nodes without the project need root and a working `unshare -m`"),
 ]
 
-NODE_CPUS = 4  # two 1-worker trials (driver + worker = 2 CPUs each) per node
-TRIAL = ["+experiment=quickstart", "trainable.num_workers=1", "report.enabled=false",
+NODE_CPUS = 4  # two trials (2 CPUs each) per node
+# each trial in its own process on a node without the project (issue 51), with 2 CPUs: two per node
+TRIAL = ["+experiment=quickstart", "trainable.num_workers=1", "trainable.resources_per_worker.CPU=2",
+         "report.enabled=false",
          "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=180",
          "cluster.wait_for_resources_s=300"]
 
