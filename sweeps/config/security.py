@@ -26,6 +26,7 @@ ALLOWED_TARGET_PREFIXES: tuple[str, ...] = (
     "trainables",
     "ray.tune.search",
     "ray.tune.schedulers",
+    "sweeps.execution.tuning.promotion",  # the project's own schedulers (promotion ASHA, PASHA), nothing else
     "optuna.samplers",
     "optuna.pruners",
     "hyperopt.tpe",

@@ -1,10 +1,12 @@
 """Scheduler rules that Ray guards with asserts (gone under ``python -O``) or not at all.
 
-One checker per family: successive halving (ASHA, HyperBand), the median rule, PBT/PB2.
+One checker per family: successive halving (ASHA, HyperBand, and promotion ASHA and PASHA, which also need a
+checkpoint on every rung), the median rule, PBT/PB2.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +51,58 @@ def _halving(sched: Mapping[str, Any], num: _Nums, epochs: Any) -> list[str]:
             and max_t > epochs):
         errors.append(f"scheduler.max_t ({max_t:g}) exceeds trainable.params.epochs ({epochs}): trials "
                       f"end before the scheduler's budget; lower scheduler.max_t or raise the epochs")
+    return errors
+
+
+PROMOTING = ("PromotionASHA", "PASHA")  # sweeps.execution.tuning.promotion: pause at rungs, resume from there
+
+
+def milestones(max_t: float, grace_period: float, reduction_factor: float) -> list[float]:
+    """Successive halving's rungs, lowest first, ending at ``max_t``: ``grace_period * reduction_factor**k`` below
+    it, then it (the rungs :mod:`sweeps.execution.tuning.ladder` pauses at).
+
+    >>> milestones(27, 1, 3)
+    [1.0, 3.0, 9.0, 27.0]
+    """
+    out, r = [], float(grace_period)
+    while r < max_t - 1e-9:
+        out.append(r)
+        r *= reduction_factor
+    return [*out, float(max_t)]
+
+
+def _rungs(sched: Mapping[str, Any]) -> list[float]:
+    """The rungs a promoting scheduler pauses at (below ``max_t``)."""
+    nums = [sched.get("max_t"), sched.get("grace_period", 1), sched.get("reduction_factor", 4)]
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in nums):
+        return []  # reported by _Nums
+    max_t, grace, rf = (float(v) for v in nums)
+    if grace <= 0 or rf <= 1:
+        return []  # reported by _halving
+    return milestones(max_t, grace, rf)[:-1]
+
+
+def _promoting(sched: Mapping[str, Any], num: _Nums, every: Any) -> list[str]:
+    """A promoted trial resumes from the checkpoint of the rung it paused at: one must land on every rung."""
+    errors: list[str] = []
+    eps = num("epsilon")
+    if eps is not None and eps < 0:
+        errors.append(f"scheduler.epsilon: must be >= 0 (a difference of the metric), got {eps:g}")
+    if sched.get("time_attr", "training_iteration") == "time_total_s" or not isinstance(every, int):
+        return errors
+    rungs = _rungs(sched)
+    # a counter of whole steps reaches a rung at its first step at or past it, where the checkpoint must be
+    steps = [math.ceil(r - 1e-9) for r in rungs]
+    off = [s for s in steps if every <= 0 or s % every != 0]
+    if off:
+        fix = math.gcd(*steps)
+        how = f"set trainable.checkpoint_every={fix} (it divides every rung)"
+        if fix == 1 and not all(r == int(r) for r in rungs):
+            how = "set trainable.checkpoint_every=1 (the rungs are not whole multiples of one another)"
+        errors.append(f"trainable.checkpoint_every ({every}) does not land on every rung of "
+                      f"scheduler={sched.get('name', 'asha_promote')} (it pauses at {', '.join(map(str, steps))}"
+                      f"; no checkpoint at {', '.join(map(str, off))}): a promoted trial would resume before its "
+                      f"rung and run its epochs again; {how}")
     return errors
 
 
@@ -104,8 +158,11 @@ def scheduler_errors(sched: Mapping[str, Any], trainable: TrainableCfg, space_cf
     if "time_attr" in sched and sched["time_attr"] not in TIME_ATTRS:
         errors.append(f"scheduler.time_attr: {sched['time_attr']!r} is not a monotonic counter; use "
                       f"{', '.join(TIME_ATTRS)}")
-    if _is(sched, ("asha", "hyperband"), ("ASHAScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler")):
+    if _is(sched, ("asha", "hyperband", "asha_promote", "pasha"),
+           ("ASHAScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", *PROMOTING)):
         errors += _halving(sched, num, trainable.epochs)
+    if _is(sched, ("asha_promote", "pasha"), PROMOTING):
+        errors += _promoting(sched, num, trainable.checkpoint_every)
     if _is(sched, ("median",), ("MedianStoppingRule",)):
         grace = num("grace_period")
         if grace is not None and grace < 0:

@@ -14,7 +14,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import Plan
 from sweeps.execution.run import callbacks, control, firstreport, session
 from sweeps.execution.run.budget import Budget, sweep_stopper
-from sweeps.execution.run.concurrency import Capacity, Fixed, capacity_gate, make_elastic
+from sweeps.execution.run.concurrency import Capacity, Fixed, PromotionsFirst, capacity_gate, make_elastic, promotes
 from sweeps.execution.run.hours import Ledger
 from sweeps.execution.run.wrappers import budget_gated, is_gated, sweep_scheduler
 from sweeps.execution.tuning.tuner import QUEUED, build_tuner, limit_pending, needs_queue, rungs
@@ -58,6 +58,10 @@ def new_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list
         starts.append(capacity_gate(capacity))
     inner = build_scheduler(spec)
     made = Fixed(QUEUED) if needs_queue(inner) else capacity  # how many trials may exist unfinished at once
+    if promotes(inner):  # promotion ASHA, PASHA: a free slot resumes an owed promotion before a new trial starts
+        made = PromotionsFirst(made, name)
+        if spec.cluster.mode == "local":
+            starts.append(capacity_gate(capacity))
     search_alg = make_elastic(search_alg, made, live.census, control.holding(name))
     if max_trials is not None and is_gated(search_alg):
         search_alg.limit = max_trials

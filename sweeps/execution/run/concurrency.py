@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from sweeps.execution.run.session import Census
+from sweeps.execution.run.session import Census, session
 
 log = logging.getLogger(__name__)
 RECHECK_S = 5.0  # how often the cluster's resources are read again
@@ -157,3 +157,22 @@ def capacity_gate(capacity: Capacity) -> Any:
         return busy < capacity()
 
     return has_room
+
+
+class PromotionsFirst:
+    """A capacity for new trials, less the paused trials a promoting scheduler (promotion ASHA, PASHA) would
+    resume first: Tune starts every PENDING trial on its own, so a new trial made while a promotion waits would
+    take the slot the promotion is owed. Finds the scheduler by the run's name (a pickled copy would go stale)."""
+
+    def __init__(self, made: Any, name: str) -> None:
+        self.made, self.name = made, name
+
+    def __call__(self) -> int:
+        inner: Any = getattr(session(self.name).scheduler, "inner", None)
+        owed = inner.promotable_count() if promotes(inner) else 0
+        return max(0, int(self.made()) - owed)
+
+
+def promotes(scheduler: Any) -> bool:
+    """A scheduler that resumes paused trials by its own choice before new ones (:class:`PromotionsFirst`)."""
+    return callable(getattr(scheduler, "promotable_count", None))

@@ -6,7 +6,8 @@ cadence, to the same storage). The scheduler it restores on ``resume`` is the on
 the start: ASHA's rungs, HyperBand's brackets, the median rule's history and PBT's population empty again, so
 the first trial at each rung after a resume passed unopposed. This callback's state is the scheduler's:
 
-- a scheduler with ``save``/``restore`` of its own (ASHA) is saved through them (public);
+- a scheduler with ``save``/``restore`` of its own (ASHA; promotion ASHA and PASHA, whose state is JSON by trial
+  id) is saved through them (public);
 - HyperBand, the median rule, PBT and PB2 through the ``scheduler_state`` lever (their attributes, trials by id);
 - FIFO keeps nothing; any other scheduler, or one whose lever is off, starts empty and the resume says so.
 
@@ -106,7 +107,9 @@ def differs(kind: str, why: str, run: str = "the resumed run") -> str:
     what = {"HyperBandScheduler": "its brackets", "HyperBandForBOHB": "its brackets",
             "MedianStoppingRule": "its history of results", "PopulationBasedTraining": "its population's scores and "
             "perturbation times", "PB2": "its population and its model of the parameters",
-            "AsyncHyperBandScheduler": "its rungs", "ASHAScheduler": "its rungs"}.get(kind, "its state")
+            "AsyncHyperBandScheduler": "its rungs", "ASHAScheduler": "its rungs",
+            "PromotionASHA": "its rungs and promotions", "PASHA": "its rungs, promotions and current top rung",
+            }.get(kind, "its state")
     after = "the added trials are" if "extension" in run else "trials after the resume are"
     return (f"the scheduler {kind} starts {run} with {what} empty ({why}): {after} not judged against the trials "
             f"before it")
