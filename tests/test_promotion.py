@@ -279,3 +279,25 @@ def test_an_extension_forgets_the_earlier_experiments_waiting_trials_but_keeps_t
     new.trials.append(_Trial("d"))
     new.trials[-1].status = "RUNNING"
     assert _report(fresh, new, "d", 1, 0.05) == "PAUSE" and fresh.promotable_count() == 1, "4 at rung 1: d is best"
+
+
+def test_the_report_counts_trials_promotions_and_epochs_per_rung_and_says_where_pasha_stopped() -> None:
+    from sweeps.execution.run import schedstate
+    from sweeps.reports.rungs import rung_section
+
+    sched, ctl = _scheduler("PASHA", epsilon=0.0), _Controller()
+    _paused_at_rung_1(sched, ctl, {"a": 0.3, "b": 0.1, "c": 0.2})
+    assert sched.choose_trial_to_run(ctl).trial_id == "b"
+    _report(sched, ctl, "b", 3, 0.05)
+    found = rung_section(schedstate.snapshot(sched))
+    assert found is not None and found.title == "Rungs"
+    assert found.tables[0].rows[:2] == [["1", "3", "1", "3"], ["3", "1", "0", "2"]]
+    assert "epochs trained to reach the rungs: 5" in found.bullets[0]
+    assert "PASHA stopped raising its top rung at 3 of 27 (raised to: never raised; epsilon 0)" in found.bullets[1]
+    assert rung_section(schedstate.snapshot(_fifo())) is None
+
+
+def _fifo() -> Any:
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()

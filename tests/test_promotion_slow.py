@@ -1,5 +1,6 @@
 """A real ``scheduler=asha_promote`` sweep on one slot pauses trials at their rungs and promotes them, and a
-promoted trial continues from its rung's epoch, never from 0 (issue 50). Slow tier.
+promoted trial continues from its rung's epoch, never from 0, and the report counts the rungs from the state the
+sweep saved (issue 50). Slow tier.
 
 It needs its own sweep: the subject is Tune's PAUSE path with the project's scheduler, one trial at a time, over
 the deterministic loop of :mod:`decisions` (its own checkpoint says which epoch it resumes from), and no other
@@ -41,6 +42,10 @@ def test_asha_promote_on_one_slot_pauses_promotes_and_resumes_from_the_rung(tmp_
     assert len(epochs[0.05]) == 6, ("the best lr is trained to max_t", epochs)
     assert sum(map(len, epochs.values())) < 6 * len(LRS), "trials were paused and never promoted"
     assert {lr: len(seen) for lr, seen in epochs.items()} == _replayed(), "the replay decides as the sweep"
+    env.run("report", "latest", "--format", "md", "--out", str(tmp_path / "rep"), cwd=root, check=True)
+    md = (tmp_path / "rep" / "summary.md").read_text()
+    total = sum(map(len, epochs.values()))
+    assert "## Rungs" in md and f"epochs trained to reach the rungs: {total} " in md, md[-3000:]
 
 
 def _replayed() -> dict[float, int]:

@@ -97,9 +97,12 @@ def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None,
         from sweeps.reports import pareto_view
 
         sections.append(pareto_view.section(pts, objs, cons))
-    from sweeps.reports import startup
+    from sweeps.reports import rungs, startup
 
     sections.append(startup.section(rec, records or [], summ))
+    rung_section = rungs.section(rec)
+    if rung_section is not None:
+        sections.append(rung_section)
     if rec.confirm_dirs:
         from sweeps.reports.confirmed import section, winner_note
 
