@@ -53,7 +53,7 @@ def new_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list
     starts: list[Any] = []
     capacity: Any = Fixed(plan.concurrent_trials)
     if spec.cluster.mode != "local":
-        capacity = Capacity(plan.per_trial, plan.worker_bundle, spec.trainable.num_workers,
+        capacity = Capacity(plan.per_trial, plan.worker_bundle, plan.workers,
                             spec.sweep.max_concurrent_trials)
         starts.append(capacity_gate(capacity))
     inner = build_scheduler(spec)
