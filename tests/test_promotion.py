@@ -301,3 +301,34 @@ def _fifo() -> Any:
     from ray.tune.schedulers import FIFOScheduler
 
     return FIFOScheduler()
+
+
+def test_a_requeued_waiting_trial_that_ran_on_to_the_next_rung_counts_there_only_once_promoted() -> None:
+    """Rungs one epoch apart: Tune's requeue on resume runs a waiting trial onto the next rung. Its result there is
+    kept aside, so the rung tables and promotions are a straight run's, and the epoch is not trained again."""
+    lad = Ladder(milestones(6, 1, 2), 2)  # rungs 1, 2, 4; ends at 6
+    for tid, score in zip("abcd", [0.9, 0.8, 0.5, 0.4], strict=True):
+        lad.result(tid, 1, score)
+    assert lad.result("c", 2, 0.6) == PAUSE and lad.rungs[1] == {} and lad.waiting.count("c") == 1
+    assert lad.promotable() == ["a", "b"]
+    lad.promote("a")
+    lad.result("a", 2, 0.95)
+    for tid in ("e", "f", "g", "h"):
+        lad.result(tid, 1, 0.1)
+    assert "c" in lad.promotable()
+    lad.promote("c")
+    assert lad.rungs[1]["c"] == 0.6 and lad.waits("c"), "c counts at rung 2 with its run-on result, and waits there"
+
+
+def test_a_promoted_trial_that_a_resume_ran_on_to_the_next_rung_waits_there_and_the_next_best_runs() -> None:
+    from sweeps.execution.tuning.promotion import PromotionASHA
+
+    sched, ctl = PromotionASHA(max_t=6, grace_period=1, reduction_factor=2), _Controller()
+    sched.set_search_properties("loss", "min")
+    _paused_at_rung_1(sched, ctl, {"a": 0.1, "b": 0.05, "c": 0.3, "d": 0.4})
+    b = ctl.trials[1]
+    b.status = "RUNNING"  # Tune's requeue on resume
+    assert _report(sched, ctl, "b", 2, 0.04) == "PAUSE"
+    chosen = sched.choose_trial_to_run(ctl)
+    assert chosen.trial_id == "a", "b counts at rung 2 (alone there: not promotable) without training again"
+    assert sched.ladder.level_of["b"] == 1 and sched.ladder.waits("b")

@@ -40,6 +40,7 @@ class Ladder:
         self.level_of: dict[str, int] = {}
         self.waiting: list[str] = []  # paused at their rung, not promoted (yet)
         self.top = len(self.levels) - 1 if epsilon is None else min(1, len(self.levels) - 1)
+        self.ahead: dict[str, tuple[int, float]] = {}  # a requeued waiting trial's result at a rung above its own
         self.raises: list[dict[str, Any]] = []  # PASHA: each raise of the top rung, and how many trials the top held
 
     @property
@@ -55,9 +56,17 @@ class Ladder:
         if not reached:
             return CONTINUE
         k = reached[-1]
+        if trial_id in self.waiting:
+            # Tune requeues every unfinished trial on resume, paused ones too: one that waited for promotion waits
+            # again at its first result; a rung that result reached counts once the trial is promoted (:meth:`promote`)
+            if k > self.level_of.get(trial_id, -1):
+                self.ahead[trial_id] = (k, score)
+            return PAUSE
         if k <= self.level_of.get(trial_id, -1):
-            # a restored trial Tune requeued (every unfinished trial restarts on resume): it waits again
-            return PAUSE if trial_id in self.waiting else CONTINUE
+            return CONTINUE
+        return self._record(trial_id, k, score)
+
+    def _record(self, trial_id: str, k: int, score: float) -> str:
         self.level_of[trial_id] = k
         self.rungs[k][trial_id] = score
         if k == len(self.levels) - 1:
@@ -110,11 +119,19 @@ class Ladder:
         return None
 
     def promote(self, trial_id: str) -> int:
-        """Mark ``trial_id`` promoted from its rung; returns the rung's index."""
+        """Mark ``trial_id`` promoted from its rung; returns the rung's index. A trial that already reached a
+        higher rung (a resume's requeue ran it on, :meth:`result`) counts there now: it may wait there again
+        (:meth:`waits`), with nothing to train."""
         k = self.level_of[trial_id]
         self.promoted[k].append(trial_id)
         self.forget(trial_id)
+        ahead = self.ahead.pop(trial_id, None)
+        if ahead is not None and ahead[0] > k:
+            self._record(trial_id, *ahead)
         return k
+
+    def waits(self, trial_id: str) -> bool:
+        return trial_id in self.waiting
 
     def forget(self, trial_id: str) -> None:
         """A trial that will not wait for promotion any more (ended, errored, removed); its results stay."""
@@ -125,7 +142,8 @@ class Ladder:
         """Everything, JSON-able, by trial id."""
         return {"levels": self.levels, "reduction_factor": self.rf, "epsilon": self.epsilon, "top": self.top,
                 "rungs": [dict(r) for r in self.rungs], "promoted": [list(p) for p in self.promoted],
-                "level_of": dict(self.level_of), "waiting": list(self.waiting), "raises": list(self.raises)}
+                "level_of": dict(self.level_of), "waiting": list(self.waiting), "raises": list(self.raises),
+                "ahead": {tid: list(v) for tid, v in self.ahead.items()}}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Ladder:
@@ -136,6 +154,7 @@ class Ladder:
         ladder.level_of = {str(k): int(v) for k, v in state["level_of"].items()}
         ladder.waiting = list(state["waiting"])
         ladder.raises = list(state["raises"])
+        ladder.ahead = {str(tid): (int(k), float(v)) for tid, (k, v) in state.get("ahead", {}).items()}
         return ladder
 
     def summary(self) -> dict[str, Any]:

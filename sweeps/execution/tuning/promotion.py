@@ -88,6 +88,7 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
         # Tune asks the sweep's stopper first: a trial it ends at its last epoch never reaches on_trial_result
+        self.ladder.forget(trial.trial_id)  # it ends: its last result counts where it got, promoted or not
         score, t = self._score(result or {}), (result or {}).get(self._time_attr)
         if score is not None and isinstance(t, int | float):
             self.ladder.result(trial.trial_id, float(t), score)
@@ -112,11 +113,9 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
         if pending is not None:
             return pending
         paused = {t.trial_id: t for t in trials if t.status == "PAUSED"}
-        for trial_id in self.ladder.promotable():
-            if trial_id in paused:
-                k = self.ladder.promote(trial_id)
-                log.info("promoting trial %s from rung %s=%g", trial_id, self._time_attr, self.ladder.levels[k])
-                return paused[trial_id]
+        chosen = self._promote(paused)
+        if chosen is not None:
+            return chosen
         if paused and not any(t.status == "RUNNING" for t in trials) and tune_controller.search_alg.is_finished():
             last = self.ladder.last_promotion()
             if last is not None and last in paused:
@@ -126,6 +125,18 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
                 return paused[last]
             self._stop_unpromoted(tune_controller, list(paused.values()))
         return None
+
+    def _promote(self, paused: dict[str, Any]) -> Any:
+        """The best promotable paused trial, marked promoted; one that counts at a higher rung once promoted (a
+        resume ran it on) waits there instead, and the next is looked for."""
+        while True:
+            trial_id = next((tid for tid in self.ladder.promotable() if tid in paused), None)
+            if trial_id is None:
+                return None
+            k = self.ladder.promote(trial_id)
+            log.info("promoting trial %s from rung %s=%g", trial_id, self._time_attr, self.ladder.levels[k])
+            if not self.ladder.waits(trial_id):
+                return paused[trial_id]
 
     def _stop_unpromoted(self, tune_controller: Any, paused: list[Any]) -> None:
         log.info("no trial left to start and none promotable: stopping %d paused trial(s) at their rung; %s",
