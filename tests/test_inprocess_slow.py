@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 LOOP = textwrap.dedent('''
     """Records what a trial finds in its process, then leaves the process dirty for the next one."""
-    import json, os, random, tempfile
+    import json, os, random, tempfile, time
 
     SEEN = []  # module state: kept across the trials of a process, as any imported module's
 
@@ -37,20 +37,24 @@ LOOP = textwrap.dedent('''
                  "threads": torch.get_num_threads(), "draw": random.random(), "files": sorted(os.listdir(".")),
                  "checkpoint": ckpt is not None, "before": list(SEEN), "world": ray.train.get_context().get_world_size()}
         SEEN.append(config["lr"])
-        with open(os.path.join(config["out"], f"{config['lr']}.json"), "w") as f:
-            json.dump(found, f)
-        for epoch in range(2):
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "state.json"), "w") as f:
-                    json.dump({"epoch": epoch}, f)
-                ray.train.report({"score": config["lr"] * (epoch + 1), "epoch": epoch},
-                                 checkpoint=ray.train.Checkpoint.from_directory(d))
-        # leave the process dirty: the next trial must not see any of it
+        # leave the process dirty (every trial, also the ones stopped early): the next must not see any of it
         torch.manual_seed(1234)  # tests/test_inprocess_slow.py: DIRTY_SEED
         random.seed(1)
         torch.set_num_threads(5)
         with open("left-behind.txt", "w") as f:
             f.write("the trial before")
+        with open(os.path.join(config["out"], f"{config['lr']}.json"), "w") as f:
+            json.dump(found, f)
+        try:
+            for epoch in range(2):
+                with tempfile.TemporaryDirectory() as d:
+                    with open(os.path.join(d, "state.json"), "w") as f:
+                        json.dump({"epoch": epoch}, f)
+                    ray.train.report({"score": config["lr"] * (epoch + 1), "epoch": epoch},
+                                     checkpoint=ray.train.Checkpoint.from_directory(d))
+        except BaseException:  # stopped by Tune: a loop whose teardown takes a while (closing its data loaders)
+            time.sleep(float(config["pause_s"]))
+            raise
 ''')
 
 TRAINABLE = textwrap.dedent("""
@@ -65,6 +69,7 @@ TRAINABLE = textwrap.dedent("""
     checkpoint_every: 1
     params:
       epochs: 2
+      pause_s: 4
 """)
 
 EXPERIMENT = textwrap.dedent("""
@@ -73,20 +78,23 @@ EXPERIMENT = textwrap.dedent("""
       - override /trainable: probe
       - override /search_space: probe
       - override /searcher: grid
-      - override /scheduler: fifo
+      - override /scheduler: asha
     sweep:
       name: probe
       metric: score
       mode: max
       num_samples: 1
       max_concurrent_trials: 1
+    scheduler:
+      grace_period: 1
+      reduction_factor: 2
     report:
       enabled: false
     security:
       allowed_targets: [probe]
 """)
 
-LRS = [0.1, 0.2, 0.3]
+LRS = [0.3, 0.2, 0.1]  # in the grid's order; ASHA stops the second and the third at their first epoch
 DIRTY_SEED = 1234  # what each trial leaves torch seeded with
 
 
@@ -110,7 +118,7 @@ def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_
         assert "in the trial's own process, reused for the next trial" in dry.stdout, dry.stdout[-2000:]
         env.run("run", "+experiment=probe", cwd=root, check=True, timeout=600)
         found = {float(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
-        assert sorted(found) == LRS, found
+        assert sorted(found) == sorted(LRS), found
         first = found[LRS[0]]
         assert len({f["torch_seed"] for f in found.values()}) == len(LRS), "torch seeded alike: not from the OS"
         assert {f["pid"] for f in found.values()} == {first["pid"]}, "the trials did not share one process"
@@ -126,9 +134,14 @@ def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_
             assert f["checkpoint"] is False, ("get_checkpoint() returned the trial before's checkpoint", f)
         (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
         rec = json.loads(rec_path.read_text())
+        # stopped at their first epoch, the second and third trials' loops took 4 s to end while the next trial
+        # waited for their process: stopped early, none failed (Tune's 2 s wait failed the next trial)
+        assert rec["counts"]["failed"] == 0 and rec["counts"]["early_stopped"] == 2, rec["counts"]
         for trial in sorted(Path(rec["experiment_dirs"][0]).glob("run_trial_*")):
             rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
-            assert [r["epoch"] for r in rows] == [0, 1] and len(list(trial.glob("checkpoint_*"))) == 2, trial
+            epochs = 2 if rows[-1]["config"]["lr"] == LRS[0] else 1
+            assert [r["epoch"] for r in rows] == list(range(epochs)), (trial, rows)
+            assert len(list(trial.glob("checkpoint_*"))) == epochs, trial
             first_row = rows[0]
             stages = [v for k, v in first_row.items() if k.startswith("startup/") and k.endswith("_s")
                       and k != "startup/total_s"]

@@ -13,6 +13,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
 from sweeps.execution.cluster import loopback, memory, shipping, versions
 from sweeps.execution.levers import auth_refresh, core
+from sweeps.execution.resources.plan import in_process
 from sweeps.execution.resources.plan import workers as trial_workers
 from sweeps.execution.warmstart import pool, warm
 
@@ -41,7 +42,16 @@ def train_env(spec: SweepSpec) -> dict[str, str]:
     if spec.cluster.mode == "local":
         env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
         env.update(loopback.worker_env())
+    if in_process(spec) and THREAD_TIMEOUT not in os.environ:
+        env[THREAD_TIMEOUT] = str(STOPPED_LOOP_S)
     return env
+
+
+# Tune reuses a trial's process for the next trial only once the trial's training thread has ended, and waits
+# TUNE_FUNCTION_THREAD_TIMEOUT_S (2 s) for it before it fails the *next* trial. A trial in its own process that
+# Tune stops mid-epoch (ASHA, a budget) ends at its next report, after its epoch: it is given that long, up to this.
+THREAD_TIMEOUT = "TUNE_FUNCTION_THREAD_TIMEOUT_S"
+STOPPED_LOOP_S = 900
 
 
 TOKEN_HELP = ("RAY_AUTH_MODE=token plus the cluster's token in RAY_AUTH_TOKEN=<token>, "
