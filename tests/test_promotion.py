@@ -332,3 +332,17 @@ def test_a_promoted_trial_that_a_resume_ran_on_to_the_next_rung_waits_there_and_
     chosen = sched.choose_trial_to_run(ctl)
     assert chosen.trial_id == "a", "b counts at rung 2 (alone there: not promotable) without training again"
     assert sched.ladder.level_of["b"] == 1 and sched.ladder.waits("b")
+
+
+@pytest.mark.parametrize(("target", "ok"), [
+    ("sweeps.execution.tuning.promotion.PASHA", True),
+    ("sweeps.execution.tuning.promotion.PromotionASHA", True),
+    ("sweeps.execution.tuning.promotion.json.loads", False),
+    ("sweeps.execution.tuning.promotion.Ladder", False),
+    ("sweeps.execution.tuning.ladder.Ladder", False),
+    ("sweeps.ops.install.install", False),
+])
+def test_only_the_promotion_schedulers_of_sweeps_are_targets(target: str, ok: bool) -> None:
+    from sweeps.config import security
+
+    assert (security.check_targets({"scheduler": {"_target_": target}}) == []) is ok

@@ -7,9 +7,11 @@ rung (``TrialScheduler.PAUSE``: Tune checkpoints it and frees its slot, as for H
 
 How they meet the sweep's slots (``sweeps.execution.run.assembly``): Tune starts every PENDING trial on its own,
 so the sweep makes a new trial only while no paused trial is promotable (:meth:`PromotionASHA.promotable_count`),
-and a promotion is chosen only while fewer trials run or wait than the sweep's concurrency. A promoted trial's
-driver starts only once the paused one's actor is gone (Tune frees a paused trial's resources before it counts
-as PAUSED); its Train workers are owned by that driver and end with it.
+and a promotion is chosen only while fewer trials run or wait than the sweep's concurrency. A paused trial's
+slot comes back through Tune's own pause path (a checkpoint, then its actor removed with the placement group that
+holds the slot); its Train workers are owned by that actor and end with it, and the sweep's reaper frees their
+placement group (docs/ray.md), so a promoted trial's workers are placed only on what the paused one released.
+(Not yet checked on a GPU: whether CUDA memory is back by the time the devices are placed again.)
 
 When the search has no trial left to make and nothing runs, and no trial has reached the top rung yet (with few
 trials a rung's top third may be empty), the best paused trial of the highest rung is promoted, as synchronous
