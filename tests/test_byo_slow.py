@@ -48,8 +48,8 @@ def _reported(env: SweepsEnv) -> int:
 
 
 def _logged_train_s(folder: Path) -> tuple[float, float]:
-    """The loop's own measure, each run of an epoch from its start to the return of its report (which saved the
-    checkpoint): (each (trial, epoch) counted once, at its last run; every run counted).
+    """The loop's own measure, each run of an epoch from its start to its report (its checkpoint written): (each
+    (trial, epoch) counted once, at its last run; every run counted).
 
     A driver killed mid-sweep makes some epochs run twice. Whether Tune saw the first run depends on when the kill
     came: before its report reached the driver (Tune has one row for the epoch), or after the row was written but

@@ -85,7 +85,7 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         s = operate.status(exp)  # from a process with only the storage URI
         assert time.monotonic() - t0 < 2 and time.time() - s["updated"] < 5, "status within 2 s, and fresh"
         assert s["state"] == "running" and s["alive"], s
-        assert s["driver"]["launched_by"] == "cli" and s["held"]["CPU"] == 2.0 and s["trials"]["planned"] == 6, s
+        assert s["driver"]["launched_by"] == "cli" and s["held"]["CPU"] == 1.0 and s["trials"]["planned"] == 6, s
 
         # pause: the running trial goes on and ends; none starts while paused (PAUSE_S with nothing running, longer
         # than the stall watchdog's arm: a pause is not a stall); unpause: they start again

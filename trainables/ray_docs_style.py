@@ -9,7 +9,8 @@ guide, the trial's own ``lr`` is applied after a restore (the optimizer state ca
 
 Tests only: ``fail_once_at_epoch`` raises at that epoch in a run that did not resume from a checkpoint;
 ``epoch_sleep_s`` makes each epoch that much longer (a bigger model, in wall time); ``epoch_log`` names a
-folder where rank 0 appends each epoch's start and the moment its report (checkpoint included) returned: an
+folder where rank 0 appends each epoch's start and the moment its checkpoint was written, just before its report
+(a report that Tune answers by stopping the trial does not return in a trial that runs in its own process): an
 outside measure of the training time Tune's clock sees.
 """
 
@@ -97,8 +98,8 @@ def train_func(config: dict[str, Any]) -> None:
                 torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                            os.path.join(tmp, "state.pt"))
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
+            _log_epoch(config, epoch, began)  # before the report: one Tune answers with a stop may never return
             ray.train.report(metrics, checkpoint=ckpt)
-        _log_epoch(config, epoch, began)
 
 
 def _log_epoch(config: dict[str, Any], epoch: int, began: float) -> None:
