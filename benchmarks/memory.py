@@ -1,19 +1,21 @@
-"""The sweep driver's memory over thousands of short trials: RSS against finished trials, and MLflow's share.
+"""The sweep driver's memory over thousands of trials: a real sweep of in-process trials, a row every 100 finished.
 
-`sweeps`' whole run pipeline in one fresh process (``prepare`` + ``execute``: MLflow parent and child runs, the
-index record, every callback, results read back, summary, report), with the trial swapped for a trivial function
-trainable (as benchmarks/scale.py does: the bookkeeping path, no Train) that reports a tiny checkpoint with every
-result (the tracker's and the keeper's per-checkpoint state is what a real sweep grows most). A thread samples the
-driver's own RSS (``/proc/self/status``) every second together with the finished-trial count the driver writes into
-the sweep's live record (``sweeps-live/status.json``). Printed: the RSS after the first ``--warm`` finished trials
-and at the end, the growth per finished trial past those, the peak, MLflow's share of the driver's wall time (the
-tracker's own timer), and how long ``sweeps list``/``status``/``report`` take on the finished sweep.
+A project folder of the benchmark's own holds a tiny loop (``ray.train.report`` of one metric with a tiny checkpoint,
+``--reports`` times), run as a user's trainable is: ``num_workers: 1``, so each trial trains in its Tune trial's own
+process and Tune reuses the process for the next (issue 51), with the whole pipeline (MLflow parent and child runs,
+the sweep's record, every callback, the report). The sweep runs in a child process (``prepare`` + ``execute``, as
+``python -m sweeps run`` does) whose sampling thread prints, every ``--every`` finished trials, a row: finished
+trials, the driver's RSS (``/proc/self/status``), the seconds the driver spent in MLflow calls so far (the
+tracker's own timer), and the size of Tune's experiment state on disk. A run cut short still leaves its rows.
 
-With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations (``tracemalloc``, 10 frames; slows
-the driver) and prints what grew between the ``--warm``-th finished trial and 90% of them (before the report),
-by the line that allocated it (the biggest 25) and by file.
+At the end: the RSS growth per finished trial past the first ``--warm`` (goal <= 50 KB), the driver's peak, MLflow's
+share of the driver's wall (goal <= 5%), and how long ``sweeps list``/``status``/``report`` take on the finished
+sweep (goal < 2 s each).
 
-    python benchmarks/memory.py [--trials 5000] [--concurrency 4] [--warm 500] [--out benchmarks/results/memory.txt]
+With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations (``tracemalloc``, 10 frames; slows the
+driver) and prints what grew between the ``--warm``-th finished trial and 90% of them, by allocating line and file.
+
+    python benchmarks/memory.py [--trials 5000] [--concurrency 4] [--every 100] [--warm 500] [--out FILE]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -32,20 +35,62 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = "SWEEPS_BENCH_TRACEMALLOC"
-METRIC = "val/acc"
+
+LOOP = textwrap.dedent('''
+    """A tiny loop: ``reports`` results of one metric, each with a tiny checkpoint (benchmarks/memory.py)."""
+    import json, os, tempfile
 
 
-def trivial(config: dict[str, Any], reports: int) -> None:
-    """A function trainable that does no training: ``reports`` results, each with a tiny checkpoint."""
-    import tempfile as _tempfile
+    def train_loop(config):
+        import ray.train
 
-    from ray import tune
+        for i in range(int(config["reports"])):
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"epoch": i}, f)
+                ray.train.report({"score": float(config["lr"]) * (i + 1), "epoch": i},
+                                 checkpoint=ray.train.Checkpoint.from_directory(d))
+''')
 
-    for i in range(1, reports + 1):
-        with _tempfile.TemporaryDirectory() as d:
-            Path(d, "state.json").write_text(json.dumps({"epoch": i}))
-            tune.report({METRIC: float(config.get("lr", 0.0)) * i, "epoch": i},
-                        checkpoint=tune.Checkpoint.from_directory(d))
+TRAINABLE = textwrap.dedent("""
+    name: tiny
+    loop: tinyloop.train_loop
+    metrics: [score, epoch]
+    num_workers: 1
+    in_process: auto
+    use_gpu: false
+    resources_per_worker: {CPU: 1}
+    placement_strategy: PACK
+    checkpoint_every: 1
+    params:
+      reports: 1
+""")
+
+EXPERIMENT = textwrap.dedent("""
+    # @package _global_
+    defaults:
+      - override /trainable: tiny
+      - override /search_space: tiny
+      - override /searcher: random
+      - override /scheduler: fifo
+    sweep:
+      name: memory
+      metric: score
+      mode: max
+    security:
+      allowed_targets: [tinyloop]
+""")
+
+
+def project(root: Path) -> Path:
+    """The benchmark's project folder; returns its conf folder."""
+    for sub in ("conf/trainable", "conf/experiment", "search_spaces"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "tinyloop.py").write_text(LOOP)
+    (root / "conf" / "trainable" / "tiny.yaml").write_text(TRAINABLE)
+    (root / "conf" / "experiment" / "tiny.yaml").write_text(EXPERIMENT)
+    (root / "search_spaces" / "tiny.yaml").write_text("lr: {dist: uniform, low: 0.0, high: 1.0}\n")
+    return root / "conf"
 
 
 def growth(first: Any, last: Any, top: int = 25) -> list[str]:
@@ -58,13 +103,6 @@ def growth(first: Any, last: Any, top: int = 25) -> list[str]:
     for stat in b.compare_to(a, "lineno")[:top]:
         frame = stat.traceback[0]
         lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d}  {frame.filename}:{frame.lineno}")
-    lines.append("  tracemalloc: grown by call path (KiB; the innermost sweeps/Ray/MLflow frame, then the line):")
-    for stat in b.compare_to(a, "traceback")[:top]:
-        ours = [f for f in stat.traceback if any(k in f.filename for k in ("/sweeps/", "/ray/", "/mlflow/"))]
-        at = ours[-1] if ours else stat.traceback[-1]
-        leaf = stat.traceback[-1]
-        lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d}  {at.filename}:{at.lineno}"
-                     f" -> {Path(leaf.filename).name}:{leaf.lineno}")
     lines.append("  tracemalloc: grown by file (KiB):")
     for stat in b.compare_to(a, "filename")[:top]:
         lines.append(f"    {stat.size_diff / 1024:+9.1f} KiB  {stat.traceback[0].filename}")
@@ -78,25 +116,37 @@ def rss_kb() -> int:
     return 0
 
 
-def finished(home: Path) -> int | None:
+def live(home: Path) -> tuple[int | None, int]:
+    """Finished trials (the sweep's live status) and the bytes of Tune's experiment state on disk."""
+    n = None
     for path in glob.glob(str(home / "ray" / "*" / "sweeps-live" / "status.json")):
         try:
             t = json.loads(Path(path).read_text())["trials"]
+            n = int(t.get("done", 0)) + int(t.get("stopped_early", 0)) + int(t.get("failed", 0))
         except (OSError, ValueError, KeyError):
-            return None
-        return int(t.get("done", 0)) + int(t.get("stopped_early", 0)) + int(t.get("failed", 0))
+            pass
+    state = sum(os.path.getsize(p) for p in glob.glob(str(home / "ray" / "*" / "experiment_state-*.json")))
+    return n, state
+
+
+def mlflow_seconds() -> float | None:
+    """The seconds this driver spent in MLflow calls so far: the running sweep's tracker's own timer."""
+    from sweeps.execution.run import session
+
+    for s in list(session._sessions.values()):
+        for cb in list(s.callbacks.values()):
+            timer = getattr(cb, "timer", None)
+            if timer is not None and hasattr(timer, "seconds"):
+                return float(timer.seconds)
     return None
 
 
 def child(a: argparse.Namespace) -> None:
-    from ray import tune
-
-    from sweeps.execution.tuning import tuner
     from sweeps.ops import prepare
     from sweeps.ops import run as runner
 
     home = Path(os.environ["SWEEPS_HOME"])
-    samples: list[tuple[float, int, int | None]] = []
+    samples: list[tuple[float, int, int | None, float | None, int]] = []
     done = threading.Event()
     tracing = os.environ.get(TRACE) == "1"
     snaps: list[Any] = []
@@ -104,23 +154,24 @@ def child(a: argparse.Namespace) -> None:
         import tracemalloc
 
         tracemalloc.start(10)
+    began = time.time()
 
     def sample() -> None:
+        printed = 0
         while not done.is_set():
-            n = finished(home)
-            samples.append((time.time(), rss_kb(), n))
+            n, state = live(home)
+            row = (time.time(), rss_kb(), n, mlflow_seconds(), state)
+            samples.append(row)
+            if n is not None and n // a.every > printed:
+                printed = n // a.every
+                print(f"ROW t={row[0] - began:7.0f} s  finished {n:5d}  driver RSS {row[1] / 1024:6.0f} MiB  "
+                      f"MLflow {row[3] or 0:7.1f} s  Tune state {state / 1024:8.0f} KiB", flush=True)
             if tracing and n is not None and len(snaps) < 2 and n >= (a.warm, int(0.9 * a.trials))[len(snaps)]:
                 snaps.append((n, tracemalloc.take_snapshot()))  # past the warm-up; near the end, before the report
-            done.wait(1.0)
+            done.wait(0.5)
 
-    def function_trainable(spec: Any, sweep_id: str) -> Any:
-        fn = tune.with_parameters(trivial, reports=a.reports)
-        return tune.with_resources(fn, {"cpu": spec.cluster.driver_cpus, **spec.cluster.driver_resources})
-
-    tuner.trainable = function_trainable  # the bookkeeping path (benchmarks/scale.py)
-    overrides = ["+experiment=quickstart", "scheduler=fifo", f"sweep.num_samples={a.trials}",
-                 f"sweep.max_concurrent_trials={a.concurrency}", "trainable.num_workers=1",
-                 f"trainable.params.epochs={a.reports}", "sweep.name=memory"]
+    overrides = ["+experiment=tiny", f"sweep.num_samples={a.trials}", f"sweep.max_concurrent_trials={a.concurrency}",
+                 f"trainable.params.reports={a.reports}", "report.enabled=true"]
     spec = prepare.prepare(overrides)
     threading.Thread(target=sample, daemon=True).start()
     t = time.perf_counter()
@@ -134,10 +185,10 @@ def child(a: argparse.Namespace) -> None:
     from mlflow.tracking import MlflowClient
 
     metrics = MlflowClient(tracking_uri=out.record.tracking_uri).get_run(out.record.parent_run_id).data.metrics
-    print("MEMORY " + json.dumps({"samples": samples, "wall": wall, "fit": out.record.wall_s,
-                                  "mlflow_s": metrics.get("sweeps/mlflow_seconds"),
-                                  "peak_mb": out.record.driver_peak_rss_mb, "sweep_id": out.record.sweep_id,
-                                  "trials": out.summary.counts.get("total")}), flush=True)
+    Path(os.environ["SWEEPS_BENCH_OUT"]).write_text(json.dumps({
+        "samples": samples, "wall": wall, "fit": out.record.wall_s, "mlflow_s": metrics.get("sweeps/mlflow_seconds"),
+        "peak_mb": out.record.driver_peak_rss_mb, "sweep_id": out.record.sweep_id,
+        "trials": out.summary.counts.get("total"), "failed": out.summary.counts.get("failed")}))
 
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -146,13 +197,14 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
     return time.perf_counter() - t
 
 
-def summarize(a: argparse.Namespace, got: dict[str, Any], home: Path, env: dict[str, str]) -> list[str]:
-    samples = [(t, kb, n) for t, kb, n in got["samples"] if n is not None]
+def summarize(a: argparse.Namespace, got: dict[str, Any], root: Path, env: dict[str, str]) -> list[str]:
+    samples = [(t, kb, n) for t, kb, n, _, _ in got["samples"] if n is not None]
     warm = next(((t, kb, n) for t, kb, n in samples if n >= a.warm), None)
     most = max((n for _, _, n in samples), default=0)
     last = next(((t, kb, n) for t, kb, n in samples if n == most), None)  # the last trial's end, not the report
-    lines = [f"memory: {got['trials']} trivial trials x {a.reports} results, concurrency {a.concurrency}; "
-             f"Tuner.fit {got['fit']:.0f} s ({got['fit'] / max(1, got['trials']) * 1e3:.0f} ms/trial)"]
+    lines = [f"memory: {got['trials']} in-process trials of a tiny loop ({a.reports} report(s) with a checkpoint "
+             f"each), concurrency {a.concurrency}, {got['failed']} failed; Tuner.fit {got['fit']:.0f} s "
+             f"({got['fit'] / max(1, got['trials']) * 1e3:.0f} ms/trial); the driver's whole run {got['wall']:.0f} s"]
     if warm and last and last[2] > warm[2]:
         per = (last[1] - warm[1]) / (last[2] - warm[2])
         lines.append(f"  driver RSS: {warm[1] / 1024:.0f} MiB at {warm[2]} finished trials, {last[1] / 1024:.0f} MiB "
@@ -160,26 +212,23 @@ def summarize(a: argparse.Namespace, got: dict[str, Any], home: Path, env: dict[
     else:
         lines.append(f"  driver RSS: fewer than {a.warm} trials finished while sampled; no growth figure")
     lines.append(f"  driver peak RSS until the sweep's record closed (getrusage, as the report states it): "
-                 f"{got['peak_mb']:.0f} MiB; sampled at the very end (after the report): "
-                 f"{got['samples'][-1][1] / 1024:.0f} MiB")
-    for t, kb, n in samples[:: max(1, len(samples) // 12)]:
-        lines.append(f"    t={t - samples[0][0]:6.0f} s  finished {n:5d}  RSS {kb / 1024:6.0f} MiB")
+                 f"{got['peak_mb']:.0f} MiB")
     if got.get("mlflow_s") is not None:
         lines.append(f"  MLflow calls: {got['mlflow_s']:.1f} s of the driver's {got['wall']:.0f} s "
                      f"({got['mlflow_s'] / got['wall']:.1%}; goal <= 5%)")
     cli = [sys.executable, "-m", "sweeps"]
     for what, args in (("list", ["list"]), ("status", ["status", got["sweep_id"]]),
-                       ("report --format md", ["report", got["sweep_id"], "--format", "md"]),
-                       ("report --format all", ["report", got["sweep_id"], "--format", "all"])):
-        lines.append(f"  sweeps {what}: {timed([*cli, *args], env, home):.2f} s (goal < 2 s)")
+                       ("report --format md", ["report", got["sweep_id"], "--format", "md"])):
+        lines.append(f"  sweeps {what}: {timed([*cli, *args], env, root):.2f} s (goal < 2 s)")
     return lines
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=5000)
-    p.add_argument("--reports", type=int, default=2)
+    p.add_argument("--reports", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--every", type=int, default=100)
     p.add_argument("--warm", type=int, default=500)
     p.add_argument("--out", default="")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -187,19 +236,29 @@ def main() -> None:
     if a.child:
         child(a)
         return
-    home = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-    env = {**os.environ, "SWEEPS_HOME": str(home / ".sweeps"), "PYTHONPATH": str(REPO)}
+    root = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    conf = project(root)
+    result = root / "result.json"
+    env = {**os.environ, "SWEEPS_HOME": str(root / ".sweeps"), "SWEEPS_CONF_DIR": str(conf),
+           "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "SWEEPS_BENCH_OUT": str(result)}
+    command = (f"$ {TRACE}={os.environ.get(TRACE, '0')} python benchmarks/{Path(__file__).name} --trials {a.trials} "
+               f"--concurrency {a.concurrency} --reports {a.reports} --warm {a.warm}")
+    print(command, flush=True)
+    rows: list[str] = []
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--trials", str(a.trials), "--reports",
-           str(a.reports), "--concurrency", str(a.concurrency), "--warm", str(a.warm)]
-    proc = subprocess.run(cmd, env=env, cwd=home, capture_output=True, text=True)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("MEMORY ")), None)
-    if line is None:
-        sys.exit(f"the sweep did not finish (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    traced = [x for x in proc.stdout.splitlines() if x.startswith("  tracemalloc") or x.startswith("    ")]
-    text = "\n".join([f"$ {TRACE}={os.environ.get(TRACE, '0')} python benchmarks/{Path(__file__).name} --trials "
-                      f"{a.trials} --concurrency {a.concurrency} --warm {a.warm}",
-                      *summarize(a, json.loads(line[len("MEMORY "):]), home, env), *traced])
-    print(text)
+           str(a.reports), "--concurrency", str(a.concurrency), "--every", str(a.every), "--warm", str(a.warm)]
+    with subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        tail: list[str] = []
+        for line in proc.stdout or []:
+            if line.startswith(("ROW ", "  tracemalloc", "    ")):
+                rows.append(line.rstrip().removeprefix("ROW "))
+                print(rows[-1], flush=True)
+            tail = [*tail[-40:], line]
+    if not result.is_file():
+        sys.exit(f"the sweep did not finish (exit {proc.returncode}):\n{''.join(tail)}")
+    text = "\n".join([command, *rows, *summarize(a, json.loads(result.read_text()), root, env)])
+    print("\n".join(text.splitlines()[len(rows) + 1:]))
     if a.out:
         Path(a.out).write_text(text + "\n")
 
