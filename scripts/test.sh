@@ -10,10 +10,15 @@ cd "$(dirname "$0")/.."
 # process), the longest files first (tests/conftest.py, LONGEST_FIRST): real sweeps spend much of their time
 # waiting on process start-up, so two overlap well on 2 cores.
 workers=${SWEEPS_TEST_WORKERS:-2}
+# Each tier prints its slowest tests (the slow tier: all of them, for benchmarks/results/test_durations.txt, whose
+# per-file sums order the next run: tests/conftest.py) and its wall and CPU seconds (pytest and the processes it
+# waited for; Ray's daemons are not among them).
+TIMEFORMAT="tier %R s wall, %U s user + %S s system CPU"
 if [ "$workers" = "0" ]; then
-  .venv/bin/python -m pytest -m "not slow" "$@"
-  .venv/bin/python -m pytest -m "slow" --durations=0 "$@"
+  echo "fast tier:"; time .venv/bin/python -m pytest -m "not slow" --durations=30 "$@"
+  echo "slow tier:"; time .venv/bin/python -m pytest -m "slow" --durations=0 "$@"
 else
-  .venv/bin/python -m pytest -m "not slow" -n "$workers" "$@"
-  .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=0 "$@"
+  echo "fast tier:"; time .venv/bin/python -m pytest -m "not slow" -n "$workers" --durations=30 "$@"
+  echo "slow tier:"; time .venv/bin/python -m pytest -m "slow" -n "$workers" --dist loadfile --no-loadscope-reorder \
+    --durations=0 "$@"
 fi

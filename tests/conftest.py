@@ -40,13 +40,20 @@ FAST_TIMEOUT_S = 120  # a hang in the fast tier fails that test within two minut
 # The slow tier's longest files, longest first (minutes in `--durations`, 2 cores): scripts/test.sh hands files to
 # its two processes in collection order (--no-loadscope-reorder), so the longest start first and the short ones
 # fill in at the end, instead of a 15-minute file starting last while the other process sits idle.
-LONGEST_FIRST = ("test_scripts_slow.py", "test_installed_slow.py", "test_resume_decisions_slow.py",
-                 "test_cluster_slow.py", "test_unhappy_slow.py", "test_cluster_nodash_slow.py", "test_sweep_slow.py",
-                 "test_bridge_slow.py", "test_run_owner_slow.py",
-                 "test_schedulers_slow.py", "test_resume_slow.py", "test_winners_slow.py", "test_tracking_server.py",
-                 "test_schedule.py", "test_promote.py", "test_trainables_scale.py", "test_byo_slow.py",
-                 "test_registry_serve_slow.py", "test_operate_slow.py", "test_new_trainable.py",
-                 "test_hydra_sweeper_slow.py", "test_notebook_slow.py", "test_mlflow_outage_slow.py")  # by --durations
+DURATIONS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "test_durations.txt"
+
+
+def longest_first(durations: Path = DURATIONS) -> tuple[str, ...]:
+    """Test files by their summed time in the last recorded CI run (``--durations=0`` lines of
+    benchmarks/results/test_durations.txt), longest first; a file not recorded there runs after them."""
+    per_file: dict[str, float] = {}
+    text = durations.read_text() if durations.is_file() else ""
+    for m in re.finditer(r"^\s*([\d.]+)s\s+(?:call|setup|teardown)\s+tests/([^:\s]+)::", text, re.M):
+        per_file[m[2]] = per_file.get(m[2], 0.0) + float(m[1])
+    return tuple(sorted(per_file, key=lambda name: -per_file[name]))
+
+
+LONGEST_FIRST = longest_first()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
