@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv
+from conftest import SweepsEnv, trial_dirs
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,8 @@ LOOP = textwrap.dedent('''
         ckpt = ray.train.get_checkpoint()
         found = {"pid": os.getpid(), "lr": config["lr"], "torch_seed": torch.initial_seed(),
                  "threads": torch.get_num_threads(), "draw": random.random(), "files": sorted(os.listdir(".")),
-                 "checkpoint": ckpt is not None, "before": list(SEEN), "world": ray.train.get_context().get_world_size()}
+                 "checkpoint": ckpt is not None, "before": list(SEEN),
+                 "world": ray.train.get_context().get_world_size()}
         SEEN.append(config["lr"])
         # leave the process dirty (every trial, also the ones stopped early): the next must not see any of it
         torch.manual_seed(1234)  # tests/test_inprocess_slow.py: DIRTY_SEED
@@ -137,7 +138,7 @@ def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_
         # stopped at their first epoch, the second and third trials' loops took 4 s to end while the next trial
         # waited for their process: stopped early, none failed (Tune's 2 s wait failed the next trial)
         assert rec["counts"]["failed"] == 0 and rec["counts"]["early_stopped"] == 2, rec["counts"]
-        for trial in sorted(Path(rec["experiment_dirs"][0]).glob("run_trial_*")):
+        for trial in trial_dirs(rec["experiment_dirs"][0]):
             rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
             epochs = 2 if rows[-1]["config"]["lr"] == LRS[0] else 1
             assert [r["epoch"] for r in rows] == list(range(epochs)), (trial, rows)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv
+from conftest import SweepsEnv, trial_dirs
 from decisions import LRS, project, score
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def test_asha_promote_on_one_slot_pauses_promotes_and_resumes_from_the_rung(tmp_
     assert done.returncode == 0, said[-4000:]
     rec = json.loads(next((env.home / "sweeps").glob("[!.]*.json")).read_text())
     epochs: dict[float, list[int]] = {}
-    for trial in Path(rec["experiment_dirs"][0]).iterdir():
+    for trial in trial_dirs(rec["experiment_dirs"][0]):
         rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()] \
             if (trial / "result.json").is_file() else []
         if rows:
