@@ -292,6 +292,42 @@ def test_param_importances_find_the_parameter_that_matters() -> None:
     assert sum(imp.values()) == pytest.approx(1.0)
 
 
+def _two_params(n: int = 24, shift: float = 0.0) -> summary.Summary:
+    recs = []
+    for i in range(n):
+        lr, width = 10 ** (-4 + 3 * (i % 8) / 7), [16, 32, 64][i % 3]
+        recs.append(trial(str(i), [1.0 - abs(math.log10(lr) + 2.5) / 3 + shift],
+                          params={"lr": lr, "width": width}))
+    return summary.collect(recs, M, "max")
+
+
+def test_importances_are_kept_for_the_next_report_over_the_same_trials(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report written again (``sweeps report``) reads the importances back instead of refitting the forest;
+    other trials (or other values) compute them afresh."""
+    space = {"lr": {"dist": "loguniform", "low": 1e-4, "high": 1e-1},
+             "width": {"dist": "choice", "values": [16, 32, 64]}}
+    first = importance.cached_importances(_two_params(), space, tmp_path)
+    assert first[1] is None and first[0]["lr"] > 0.8 and (tmp_path / importance.CACHE).is_file()
+    fits: list[int] = []
+    real = importance.param_importances
+    monkeypatch.setattr(importance, "param_importances", lambda *a, **k: (fits.append(1), real(*a, **k))[1])
+    assert importance.cached_importances(_two_params(), space, tmp_path) == first
+    assert fits == []
+    importance.cached_importances(_two_params(shift=0.01), space, tmp_path)
+    assert fits == [1], "other best values: fitted again"
+    importance.cached_importances(_two_params(n=23), space, tmp_path)
+    assert fits == [1, 1], "another set of trials: fitted again"
+
+
+def test_one_varying_parameter_explains_all_the_variance_without_a_forest() -> None:
+    recs = [trial(str(i), [0.1 * i], params={"lr": 0.01 * (i + 1)}) for i in range(5)]
+    assert importance.param_importances(summary.collect(recs, M, "max"), {}) == ({"lr": 1.0}, None)
+    flat = [trial(str(i), [0.5], params={"lr": 0.01 * (i + 1)}) for i in range(5)]
+    imp, why = importance.param_importances(summary.collect(flat, M, "max"), {})
+    assert imp != {"lr": 1.0}, "a metric that does not vary is explained by nothing"
+
+
 def test_param_importances_need_three_finished_trials() -> None:
     recs = [
         trial("a", [0.1], params={"lr": 0.1}),

@@ -322,9 +322,81 @@ def test_the_tracker_forgets_a_trial_once_its_run_has_ended(tmp_path: Path) -> N
     assert set(t.runs) == {"m5"} and set(t.buffers) <= {"m5"} and set(t.noted) == {"m5"} and len(t.book) == 1
     t.on_trial_error(2, trials, trials[5])
     assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
-    assert not (t.runs or t.buffers or t.noted or t.finals or len(t.book))
+    assert not (t.runs or t.buffers or t.noted or t.finals or len(t.book) or t.params_due or t.created)
     t.close_open()
     assert len(c.search_logged_models([exp])) == 6
+
+
+class _Counted:
+    """A real MLflow client whose calls are counted by method (what a trial costs the store)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.calls = real, {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.real, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attr(*args, **kwargs)
+        return counted
+
+
+def test_a_new_trials_run_and_model_cost_the_store_few_calls_and_no_searches(tmp_path: Path) -> None:
+    """Thousands of trials: a trial this driver's tracker made the run of gets its model without a search (no
+    other writer makes one while the sweep is live; a retry looks again), and a trial's ending without a model is
+    one batch (its last metrics with its final tags) and its status."""
+    uri, c, exp, parent = _store(tmp_path)
+    t = _tracker(uri, exp, parent, root=tmp_path)
+    t.setup()
+    t._client = counted = _Counted(tracking.client(uri))
+    trial = _trial(tmp_path, "new")
+    t.on_trial_start(0, [trial], trial)
+    assert counted.calls == {"create_run": 1, "log_batch": 1}, "the run, then its params at once"
+    assert _run(c, exp, "new").data.params == {"lr": "0.1", "epochs": "4"}
+    _report(t, trial, 0.5, 1)
+    t.on_trial_complete(2, [trial], trial)
+    assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
+    assert counted.calls.get("search_logged_models", 0) == 0, counted.calls
+    assert _model(c, exp, "new") is not None and _run(c, exp, "new").info.status == "FINISHED"
+
+    plain = _trial(tmp_path, "plain")
+    t.on_trial_start(0, [plain], plain)
+    t.flush_interval_s = 3600.0  # its metrics wait in the buffer until its end
+    _report(t, plain, 0.6, 1, checkpoint=False)
+    before = dict(counted.calls)
+    t.on_trial_complete(2, [plain], plain)
+    spent = {k: v - before.get(k, 0) for k, v in counted.calls.items() if v != before.get(k, 0)}
+    assert spent == {"log_batch": 1, "set_terminated": 1}, spent
+    run = _run(c, exp, "plain")
+    assert run.data.metrics["val/acc"] == 0.6 and run.data.tags["early_stopped"] == "true"
+    assert run.info.status == "FINISHED"
+
+
+def test_a_retried_model_write_looks_for_the_model_an_earlier_attempt_made(tmp_path: Path) -> None:
+    uri, c, exp, parent = _store(tmp_path)
+    counted = _Counted(c)
+    run_id = c.create_run(exp).info.run_id
+    ck = _checkpoint(tmp_path / "r", 1)
+    first = models.upsert(counted, exp, run_id, SWEEP, "r", ck, _result(0.5, 1), {}, "completed", new=True)
+    assert counted.calls.get("search_logged_models", 0) == 0
+    again = models.upsert(counted, exp, run_id, SWEEP, "r", ck, _result(0.5, 1), {}, "completed")
+    assert counted.calls["search_logged_models"] >= 1 and again == (first.model_id, "unchanged")
+    assert len(c.search_logged_models([exp])) == 1
+
+
+def test_only_the_first_places_carry_a_rank_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep of thousands of trials tags the Models tab's leaderboard, not every model (a write each)."""
+    _, c, exp, parent = _store(tmp_path)
+    for tid in "abcd":
+        models.upsert(c, exp, c.create_run(exp).info.run_id, SWEEP, tid, _checkpoint(tmp_path / tid, 1),
+                      _result(0.5, 1), {}, "completed")
+    monkeypatch.setattr(models, "RANKED", 2)
+    models.rank(c, exp, SWEEP, ["d", "c", "b", "a"], parent)
+    ranks = {m.tags[models.TAG_TRIAL]: m.tags.get(models.TAG_RANK) for m in c.search_logged_models([exp])}
+    assert ranks == {"d": "1", "c": "2", "b": None, "a": None}
 
 
 def test_the_checkpoint_keepers_book_holds_what_tunes_retention_may_keep_and_forgets_ended_trials(

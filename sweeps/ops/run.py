@@ -159,7 +159,7 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, run: Run, tracker: A
             if lacking:  # not resumable: the metric is part of the sweep's digest; the fix is a new run
                 interrupted, status, reason = False, "failed", "metric_missing"
                 _tag_error(c, rec, lacking)
-            rec = _close_record(rec, c, status, wall, summ, tracker.timer.seconds, reason, seen.hours,
+            rec = _close_record(rec, c, status, wall, summ, tracker.timer, reason, seen.hours,
                                 _front(spec, records_), seen.running_s)
             run.end()
             _rank_models(c, rec, summ)
@@ -242,7 +242,7 @@ def _rank_models(c: Any, rec: store.SweepRecord, summ: summary.Summary) -> None:
 
 
 def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ: summary.Summary,
-                  mlflow_seconds: float, stop_reason: str | None, hours: dict[str, float | None],
+                  timer: Any, stop_reason: str | None, hours: dict[str, float | None],
                   pareto: list[dict[str, Any]], running_s: float | None = None) -> store.SweepRecord:
     """The index record and the parent run say how the sweep ended."""
     best = {}
@@ -254,7 +254,7 @@ def _close_record(rec: store.SweepRecord, c: Any, status: str, wall: float, summ
     livestatus.final(rec.experiment_dirs[-1], "stalled" if stop_reason == "stalled" else status,
                      dict(summ.counts), best)
     try:
-        finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), mlflow_seconds)
+        finish_parent(c, rec, MLFLOW_STATUS.get(status, "FAILED"), timer.seconds, timer.loop_seconds)
     except Exception as exc:
         log.warning("MLflow: could not finish the parent run (%s); `sweeps sync %s` retries", exc, rec.sweep_id)
     return rec

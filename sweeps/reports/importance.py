@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sweeps.reports.summary import Summary, _finite
 
+log = logging.getLogger(__name__)
 MIN_IMPORTANCE_TRIALS = 3
+CACHE = ".importance.json"  # in the report's folder: the last figures and the trials they were computed over
 
 
 MAX_IMPORTANCE_TRIALS = (
@@ -65,6 +71,8 @@ def param_importances(
     ]
     if not names:
         return {}, "no hyperparameter varies across the finished trials"
+    if len(names) == 1 and len({r.best for r in rows}) > 1:
+        return {names[0]: 1.0}, None  # fANOVA's only parameter explains all the variance it finds
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
     from optuna.trial import create_trial
@@ -85,3 +93,29 @@ def param_importances(
     except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         return {}, f"Optuna could not evaluate importances ({exc})"
     return {k: float(v) for k, v in result.items()}, None
+
+
+def cached_importances(summ: Summary, space: Mapping[str, Any], folder: Path,
+                       seed: int = 0) -> tuple[dict[str, float], str | None]:
+    """:func:`param_importances`, kept in ``folder`` (the report's) with a digest of what they were computed
+    over (the ranked trials' parameters and best values, the metric, the space, the seed): a report written again
+    over the same trials reads them back instead of fitting fANOVA's forest again (tens of seconds over thousands
+    of trials)."""
+    by_id = {r.trial_id: r for r in summ.rows}
+    basis = json.dumps([summ.metric, summ.mode, seed, repr(sorted(space.items())),
+                        [(t, repr(sorted(by_id[t].params.items())), repr(by_id[t].best)) for t in summ.ranked]])
+    digest = hashlib.sha256(basis.encode()).hexdigest()
+    path = folder / CACHE
+    try:
+        kept = json.loads(path.read_text())
+        if kept.get("digest") == digest:
+            return {str(k): float(v) for k, v in kept["importances"].items()}, kept.get("why")
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass  # none yet, or unreadable: computed afresh
+    imp, why = param_importances(summ, space, seed)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"digest": digest, "importances": imp, "why": why}))
+    except OSError as exc:
+        log.debug("could not keep the importances in %s (%s)", path, exc)
+    return imp, why

@@ -18,7 +18,6 @@ from sweeps.lease import driver_id
 from sweeps.tracking import trialruns
 from sweeps.tracking.bestbook import LINEAGE_TAG, BestBook, Kept
 from sweeps.tracking.client import (
-    MAX_METRICS,
     PARENT_TAG,
     RUN_TAG_CONFIRM,
     RUN_TAG_DIGEST,
@@ -28,10 +27,11 @@ from sweeps.tracking.client import (
     RUN_TAG_TRIAL,
     SKIP_RESULT_KEYS,
     CallTimer,
-    chunks,
     client,
     find_runs,
     log_params,
+    param_items,
+    send_batches,
 )
 from sweeps.tracking.endings import Endings
 from sweeps.trials import config_digest, trial_location
@@ -75,6 +75,8 @@ class _Tracker(Endings):
         self.opened: set[str] = set()  # run ids this process created or set RUNNING (status and driver tag set)
         self.attempted: set[str] = set()  # trial ids whose create_run raised: the server may have made the run
         self.buffers: dict[str, list[Any]] = {}
+        self.params_due: dict[str, list[Any]] = {}  # trial id -> its params, sent with its run's next batch
+        self.created: set[str] = set()  # trial ids whose run this tracker created: no model of theirs exists yet
         self.finals: dict[str, tuple[Any, str, dict[str, str], str | None, Kept | None]] = {}
         self.last_flush = 0.0
         self.failed_sends = 0
@@ -89,6 +91,7 @@ class _Tracker(Endings):
         state = self.__dict__.copy()
         state["_client"] = None  # Tune pickles its callbacks into tuner.pkl: never pickle a live client
         state["opened"] = set()  # a restored sweep's driver must reopen its runs (the dead driver's are KILLED)
+        state["created"] = set()  # a restored tracker's runs were made by a dead driver: their models may exist
         state["secrets"] = set()  # no secret at rest: a restored tracker is replaced by a fresh one (resume)
         state["_fs"] = None
         state["_uploads"] = None  # a thread and its queue: the tracker that runs makes its own
@@ -186,9 +189,21 @@ class _Tracker(Endings):
             self.attempted.discard(tid)  # it answered; copies from the client's own retries go in dedupe()
             self.runs[tid] = run.info.run_id
             self.opened.add(run.info.run_id)  # create_run starts it RUNNING, with this driver's tag
-            sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
-            log_params(self.client, run.info.run_id, {**self.fixed_params, **sampled})
+            self.created.add(tid)
+        sampled = {k: v for k, v in trial.config.items() if not str(k).startswith("_")}
+        self.params_due[tid] = param_items({**self.fixed_params, **sampled})
+        self._send(tid, self.runs[tid])  # at once (a running trial shows its params); else with its next batch
         return self.runs[tid]
+
+    def _send(self, tid: str, run_id: str, tags: list[Any] | None = None) -> None:
+        """The trial's pending params and metrics (and ``tags``), in as few calls as MLflow takes; what could not
+        be sent stays pending (raises)."""
+        params, buf = self.params_due.get(tid, []), self.buffers.get(tid, [])
+        if not (params or buf or tags):
+            return
+        with self.timer:
+            send_batches(self.client, run_id, params, buf, tags if tags is not None else [])
+        self.params_due.pop(tid, None)
 
     def flush(self, force: bool = False) -> bool:
         """Send buffered metrics; keep them on failure. Returns True when nothing is left pending."""
@@ -197,18 +212,15 @@ class _Tracker(Endings):
             return False
         self.last_flush = now
         ok = True
-        for tid, buf in list(self.buffers.items()):
-            if not buf:
-                continue
+        for tid in [*self.buffers, *(t for t in self.params_due if t not in self.buffers)]:
+            if tid in self.finals or not (self.buffers.get(tid) or self.params_due.get(tid)):
+                continue  # an ended trial's go with its ending (one batch with its final tags)
             run_id = self.runs.get(tid)
             if run_id is None:
                 ok = False  # its run could not be created yet: retried on the trial's next result or end
                 continue
             try:
-                with self.timer:
-                    for chunk in chunks(buf, MAX_METRICS):
-                        self.client.log_batch(run_id, metrics=chunk)
-                        del buf[:len(chunk)]
+                self._send(tid, run_id)
             except Exception as exc:  # server down: keep the rest, retry at the next flush
                 self.failed_sends += 1
                 ok = False

@@ -182,20 +182,38 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def log_params(c: Any, run_id: str, params: Mapping[str, Any]) -> None:
+def param_items(params: Mapping[str, Any]) -> list[Any]:
+    """A run's params as MLflow ``Param`` entities (flattened, redacted)."""
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in flat_params(redaction.redact(params)).items()]
-    for chunk in chunks(items, MAX_PARAMS):
+    return [Param(k, v) for k, v in flat_params(redaction.redact(params)).items()]
+
+
+def tag_items(tags: Mapping[str, Any]) -> list[Any]:
+    """A run's tags as MLflow ``RunTag`` entities (redacted, each value at most 5,000 characters)."""
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, str(v)[:5000]) for k, v in redaction.redact(dict(tags)).items()]
+
+
+def log_params(c: Any, run_id: str, params: Mapping[str, Any]) -> None:
+    for chunk in chunks(param_items(params), MAX_PARAMS):
         c.log_batch(run_id, params=chunk)
 
 
 def set_tags(c: Any, run_id: str, tags: Mapping[str, Any]) -> None:
-    from mlflow.entities import RunTag
-
-    items = [RunTag(k, str(v)[:5000]) for k, v in redaction.redact(dict(tags)).items()]
-    for chunk in chunks(items, MAX_TAGS):
+    for chunk in chunks(tag_items(tags), MAX_TAGS):
         c.log_batch(run_id, tags=chunk)
+
+
+def send_batches(c: Any, run_id: str, params: list[Any], metrics: list[Any], tags: list[Any]) -> None:
+    """Everything given, in as few ``log_batch`` calls as MLflow's limits allow (100 params, 100 tags and 1,000
+    entities a call). Each list loses what was sent, so after a failure only what is left is sent again."""
+    while params or metrics or tags:
+        p, t = params[:MAX_PARAMS], tags[:MAX_TAGS]
+        m = metrics[:MAX_METRICS - len(p) - len(t)]
+        c.log_batch(run_id, metrics=m, params=p, tags=t)
+        del params[:len(p)], metrics[:len(m)], tags[:len(t)]
 
 
 def find_runs(c: Any, experiment_ids: list[str], filter_string: str, max_results: int = 5000) -> list[Any]:
@@ -266,25 +284,32 @@ def write_text_artifact(c: Any, run_id: str, name: str, text: str) -> None:
 
 
 class CallTimer:
-    """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``)."""
+    """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``), and apart the seconds of
+    those that held Tune's loop (``sweeps/mlflow_loop_seconds``: every call but the model uploads' thread's)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.loop_seconds = 0.0
         self._lock = threading.Lock()  # the model uploads' thread counts its calls too (sweeps.tracking.uploads)
         self._t = threading.local()
 
     def __getstate__(self) -> dict[str, float]:
-        return {"seconds": self.seconds}
+        return {"seconds": self.seconds, "loop_seconds": self.loop_seconds}
 
     def __setstate__(self, state: dict[str, float]) -> None:
         self.__init__()  # type: ignore[misc]
         self.seconds = state.get("seconds", 0.0)
+        self.loop_seconds = state.get("loop_seconds", 0.0)
 
     def __enter__(self) -> CallTimer:
         self._t.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from sweeps.tracking.uploads import THREAD
+
         took = time.perf_counter() - self._t.start
         with self._lock:
             self.seconds += took
+            if threading.current_thread().name != THREAD:
+                self.loop_seconds += took

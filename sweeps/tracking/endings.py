@@ -18,7 +18,7 @@ from typing import Any
 from sweeps import uris
 from sweeps.config import redaction
 from sweeps.tracking.bestbook import Kept
-from sweeps.tracking.client import set_tags
+from sweeps.tracking.client import set_tags, tag_items
 from sweeps.tracking.uploads import Ending, Uploads
 from sweeps.trials import error_text, trial_location
 
@@ -48,11 +48,16 @@ class Endings:
     confirm: bool
     noted: dict[str, dict[str, str]]
     attempted: set[str]
+    params_due: dict[str, list[Any]]
+    created: set[str]
 
     def flush(self, force: bool = False) -> bool:
         raise NotImplementedError
 
     def _run_for(self, trial: Any) -> str:
+        raise NotImplementedError
+
+    def _send(self, tid: str, run_id: str, tags: list[Any] | None = None) -> None:
         raise NotImplementedError
 
     def dedupe(self) -> None:
@@ -92,17 +97,19 @@ class Endings:
 
     def _try_finals(self) -> bool:
         for tid, (trial, status, tags, error, ckpt) in list(self.finals.items()):
-            if self.buffers.get(tid):
-                return False  # metrics first: a FINISHED run must already hold its history
             try:
                 run_id = self._run_for(trial)
                 with self.timer:
                     if error is not None:
                         self._log_error(run_id, error)
-                    if not (ckpt and self.log_checkpoints):
-                        self._end_run(run_id, status, tags)
                 if ckpt and self.log_checkpoints:  # the upload leaves Tune's loop (sweeps.tracking.uploads)
-                    self.uploads.submit(self._ending(trial, run_id, status, tags, ckpt))
+                    self._send(tid, run_id)  # metrics first: a FINISHED run must already hold its history
+                    self.uploads.submit(self._ending(trial, run_id, status, tags, ckpt, new=tid in self.created))
+                else:  # its last metrics, params and final tags in one call, then its status
+                    self._send(tid, run_id, tag_items(tags))
+                    with self.timer:
+                        self.client.set_terminated(run_id, status=status)
+                    self.opened.discard(run_id)
                 del self.finals[tid]
                 self.forget(tid)
             except Exception as exc:
@@ -121,11 +128,17 @@ class Endings:
             self._uploads = Uploads()
         return self._uploads
 
-    def _ending(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> Ending:
-        """The run's ending with its model, written by the uploads' thread; cut short: without it, said."""
+    def _ending(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept,
+                new: bool = False) -> Ending:
+        """The run's ending with its model, written by the uploads' thread; cut short: without it, said.
+        ``new``: this tracker created the trial's run, so no model of the trial exists yet (a live sweep has no
+        other writer of its models: ``sync`` refuses it); a retried attempt looks again."""
+        first = [new]
+
         def write() -> None:
+            new_now, first[0] = first[0], False
             with self.timer:
-                self._keep_model(trial, run_id, status, tags, best)
+                self._keep_model(trial, run_id, status, tags, best, new=new_now)
                 self._end_run(run_id, status, tags)
 
         def cut_short() -> None:
@@ -143,13 +156,16 @@ class Endings:
         self.buffers.pop(trial_id, None)
         self.noted.pop(trial_id, None)
         self.attempted.discard(trial_id)
+        self.params_due.pop(trial_id, None)
+        self.created.discard(trial_id)
         self.book.forget(trial_id)
 
-    def _keep_model(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> None:
+    def _keep_model(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept,
+                    new: bool = False) -> None:
         """:meth:`_keep_checkpoint`; an error of the trial's own (the store answers) is said and tagged, and
         the run ends all the same; a store that does not answer raises, so the ending is retried."""
         try:
-            self._keep_checkpoint(trial, run_id, status, tags, best)
+            self._keep_checkpoint(trial, run_id, status, tags, best, new=new)
         except Exception as exc:
             if not self._answers(run_id):
                 raise
@@ -166,7 +182,8 @@ class Endings:
             return False
         return True
 
-    def _keep_checkpoint(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept) -> None:
+    def _keep_checkpoint(self, trial: Any, run_id: str, status: str, tags: dict[str, str], best: Kept,
+                         new: bool = False) -> None:
         """The trial's best checkpoint as its LoggedModel (:mod:`sweeps.tracking.models`), or as the run's
         artifacts where the store has no LoggedModels; a checkpoint missing from storage is said, not fatal."""
         from sweeps.tracking import models
@@ -182,7 +199,7 @@ class Endings:
                 made = models.upsert(self.client, self.experiment_id, run_id, self.sweep_id, trial.trial_id,
                                      best.uri, best.result, params, model_status(status, tags),
                                      donor=best.donor, dataset=self.dataset,
-                                     kind="confirm" if self.confirm else "trial")
+                                     kind="confirm" if self.confirm else "trial", new=new)
             except Exception as exc:
                 if not models.missing_api(exc):
                     raise

@@ -31,6 +31,7 @@ STATUSES = ("completed", "early-stopped", "stopped", "failed", "unfinished")  # 
 SKIP = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s", "time_since_restore",
         "iterations_since_restore", "pid", "done", "trial_id", "date", "hostname", "node_ip", "config"}
 PAGE = 500  # models per search_logged_models page
+RANKED = 100  # the models tagged with their place in the report (``sweeps.rank``): the Models tab's leaderboard
 _unsupported: dict[str, str] = {}  # store URI -> why it holds no LoggedModels (said once)
 
 
@@ -117,16 +118,17 @@ def metrics_of(result: Mapping[str, Any]) -> dict[str, float]:
 
 def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id: str, checkpoint: str,
            result: Mapping[str, Any], params: Mapping[str, Any], status: str, donor: str | None = None,
-           dataset: tuple[str, str] | None = None, kind: str = "trial") -> Upserted:
+           dataset: tuple[str, str] | None = None, kind: str = "trial", new: bool = False) -> Upserted:
     """The trial's model for its best ``checkpoint``: made, replaced (another checkpoint than the model holds:
     its metrics would mix two checkpoints) or brought up to date (tags, status; files and metrics only where a
     earlier attempt left them out).
 
     ``status``: one of :data:`STATUSES` (a failed trial's model is FAILED); ``dataset``: the (name, digest) the
     trainable declares, which its metrics are linked to; ``kind``: ``trial``, or ``confirm`` for a re-run of
-    ``sweeps confirm`` (tagged ``sweeps.confirm``, never ranked)."""
+    ``sweeps confirm`` (tagged ``sweeps.confirm``, never ranked); ``new``: the caller knows no model of the trial
+    exists and no other writer makes one (the live sweep's tracker, on the first attempt): no searches."""
     with _writing(client, sweep_id):
-        model = find(client, experiment_id, sweep_id, trial_id)
+        model = None if new else find(client, experiment_id, sweep_id, trial_id)
         tags = {TAG_SWEEP: sweep_id, TAG_TRIAL: trial_id, TAG_KIND: kind, TAG_STATUS: status, TAG_CKPT: checkpoint,
                 TAG_STEP: str(result.get("training_iteration", "")), **({TAG_DONOR: donor} if donor else {}),
                 **({TAG_CONFIRM: "true"} if kind == "confirm" else {})}
@@ -141,7 +143,7 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
             model = client.create_logged_model(experiment_id, name=f"{sweep_id}-{trial_id}", source_run_id=run_id,
                                                tags=tags, params={str(k): str(v)[:6000] for k, v in params.items()})
             action = "made" if action == "updated" else action
-            if (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+            if not new and (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
                 return Upserted(str(first.model_id), "unchanged")
         else:
             client.set_logged_model_tags(model.model_id, tags)
@@ -150,7 +152,8 @@ def upsert(client: Any, experiment_id: str, run_id: str, sweep_id: str, trial_id
         except BaseException:
             _drop(client, model.model_id)  # never left PENDING, nor half-filled for a later attempt to take as done
             raise
-        if action != "updated" and (first := _yield(client, experiment_id, sweep_id, trial_id, model)) is not None:
+        if action != "updated" and not new and (first := _yield(client, experiment_id, sweep_id, trial_id,
+                                                                 model)) is not None:
             return Upserted(str(first.model_id), "unchanged")
         client.finalize_logged_model(model.model_id, final)
         return Upserted(str(model.model_id), action)
@@ -227,12 +230,16 @@ def _drop(client: Any, model_id: str) -> None:
 
 
 def rank(client: Any, experiment_id: str, sweep_id: str, ranked: Iterable[str], parent_run_id: str = "") -> str | None:
-    """Tag each trial model with its place in the report (1 = best) and take the tag off a model no longer
-    ranked; the parent run names the best model (``sweeps.best_model_id``). Returns the best model's id."""
+    """Tag each trial model among the report's first :data:`RANKED` with its place (1 = best) and take the tag
+    off a model no longer among them (a sweep of thousands of trials would otherwise spend a write per model on
+    places nobody reads); the parent run names the best model (``sweeps.best_model_id``). Returns the best
+    model's id."""
     places = {trial_id: str(place) for place, trial_id in enumerate(ranked, 1)}
     found = models_of(client, experiment_id, sweep_id)
     for m in found:
         place, had = places.get(m.tags[TAG_TRIAL]), m.tags.get(TAG_RANK)
+        if place is not None and int(place) > RANKED:
+            place = None
         if place is not None and place != had:
             client.set_logged_model_tags(m.model_id, {TAG_RANK: place})
         elif place is None and had is not None:

@@ -83,7 +83,8 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
     return c, exp_id, run_id
 
 
-def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) -> None:
+def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float,
+                  loop_seconds: float | None = None) -> None:
     """End the parent run with the record's counts, wall time and best trial (also tagged ``sweeps.best``)."""
     from mlflow.entities import Metric
 
@@ -95,6 +96,8 @@ def finish_parent(c: Any, rec: SweepRecord, status: str, mlflow_seconds: float) 
         if value is not None:
             tags[f"hours.{key}"] = f"{value:.4f}"
     metrics = [Metric("sweeps/mlflow_seconds", mlflow_seconds, now, 0)]
+    if loop_seconds is not None:  # of them, the calls that held Tune's loop (not the model uploads' thread)
+        metrics.append(Metric("sweeps/mlflow_loop_seconds", loop_seconds, now, 0))
     if rec.wall_s is not None:
         metrics.append(Metric("sweeps/wall_s", rec.wall_s, now, 0))
     best = rec.best or {}

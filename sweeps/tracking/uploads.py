@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 LIMIT = 8
+THREAD = "sweeps-model-uploads"  # the uploads' thread's name (its MLflow seconds are not Tune's loop's)
 RETRY_S = 2.0
 
 
@@ -48,7 +49,7 @@ class Uploads:
             self.waiting[ending.run_id] = ending
             if self.thread is None or not self.thread.is_alive():
                 self.cancelled.clear()
-                self.thread = threading.Thread(target=self._work, name="sweeps-model-uploads", daemon=True)
+                self.thread = threading.Thread(target=self._work, name=THREAD, daemon=True)
                 self.thread.start()
         self.queue.put(ending)
 
