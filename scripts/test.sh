@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test tier: the fast tier first (a fast failure is reported in a minute), then the rest (slow = real
 # sweeps, browser = Chromium against a real MLflow UI, cluster = multi-node Ray on this machine); `gpu` tests
-# skip themselves without CUDA. Each test has a time limit (pytest-timeout), so a hang fails one test.
+# skip themselves without CUDA; with SWEEPS_CI=1 (.ci/run sets it) any other skip fails its test (tests/conftest.py).
+# Each test has a time limit (pytest-timeout), so a hang fails one test.
 # Extra arguments go to both pytest runs (e.g. -x, -k NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -67,6 +67,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 
+# In CI (.ci/run sets SWEEPS_CI=1) every tool a test needs is installed, so a skip there means a test that proved
+# nothing while the run reads green. Only a GPU test on a machine without CUDA may skip; any other skip fails.
+CI_ALLOWED_SKIP = "no CUDA"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``SWEEPS_CI=1`` a skip whose reason is not ``CI_ALLOWED_SKIP``'s is reported as a failure that
+    names the reason (an xfail is not a skip)."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("SWEEPS_CI") != "1" or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if CI_ALLOWED_SKIP in reason:
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped in CI (SWEEPS_CI=1), where only a '{CI_ALLOWED_SKIP}' skip is allowed: {reason}\n"
+                       "install what the test needs in .ci/run, or remove the test")
+
+
 @pytest.fixture(autouse=True)
 def _levers_decided_afresh() -> Iterator[None]:
     """A lever is decided once per process (sweeps.execution.levers.core); a test that changes the environment

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sweeps.config import redaction
-from sweeps.config.secretlike import is_secret_key, switch
+from sweeps.config.secretlike import is_secret_key
 
 R = redaction.REDACTED
 
@@ -96,15 +96,36 @@ def test_secrets_vanish_and_ordinary_values_stay(key: str, value: Any, secret: s
     assert secret not in stored and secret not in text, (stored, text)
 
 
-def test_each_row_is_read_as_its_section_says_a_secret_key_or_an_ordinary_one() -> None:
-    """The key rule (``is_secret_key``) decides the sections: a row under an ordinary key proves the value's own
-    scrubbing (a key read as secret would redact the whole value, and the row above would pass for the wrong
-    reason); an ordinary value under a secret key is only a switch (``use_auth_token: true``)."""
-    misread = [k for k, _, _ in BY_KEY if not is_secret_key(k)] + \
-              [k for k, v, _ in IN_VALUE + ORDINARY if is_secret_key(k) and not switch(str(v))]
-    assert not misread, misread
+def _literal(value: Any) -> str:
+    """``value`` as a Hydra override writes it: a quoted string, a bare number or boolean."""
+    if isinstance(value, bool | int):
+        return str(value).lower()
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def test_a_composed_sweep_stores_each_row_as_its_section_says_whole_cut_out_or_untouched() -> None:
+    """The path a real run takes (``sweeps run``: Hydra composes the overrides, ``build_spec`` validates,
+    ``spec.redacted()`` and ``redact_overrides`` give what is stored), every row at once: a secret key's value is
+    replaced whole; a URI's secret under an ordinary key is cut out and the rest of the value stays (a key read as
+    secret would redact the whole value, and the row above would pass for the wrong reason); an ordinary value,
+    ``use_auth_token: true`` included, comes back as it went in."""
+    from sweeps.config import build as config_build
+    from sweeps.config import compose
+
     keys = [k for k, _, _ in ROWS]
-    assert len(set(keys)) == len(keys), "a key appears twice"
+    assert len(set(keys)) == len(keys), "a key appears twice (all rows share one config)"
+    overrides = [f"+trainable.params.{k}={_literal(v)}" for k, v, _ in ROWS]
+    spec = config_build.build_spec(compose.compose(["+experiment=quickstart", *overrides]))
+    stored = spec.redacted()["trainable"]["params"]
+    stored_overrides = redaction.redact_overrides(overrides)
+    expected = {k: R for k, _, _ in BY_KEY} | {k: v.replace(s, R) for k, v, s in IN_VALUE} | \
+        {k: v for k, v, _ in ORDINARY}
+    wrong = {k: (v, stored.get(k)) for k, v, _ in ROWS if stored.get(k) != expected[k]}
+    assert not wrong, f"(as given, as stored) where the stored value is not the expected one: {wrong}"
+    expected_overrides = [f"+trainable.params.{k}={R}" for k, _, _ in BY_KEY] + \
+        [o.replace(s, R) for o, (_, _, s) in zip(overrides[len(BY_KEY):], IN_VALUE, strict=False)] + \
+        overrides[len(BY_KEY) + len(IN_VALUE):]
+    assert stored_overrides == expected_overrides
     assert min(len(BY_KEY), len(IN_VALUE + ORDINARY)) >= 15, "both directions"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -404,12 +405,20 @@ def test_two_concurrent_promotions_through_the_server_leave_the_better_one_at_th
 
 
 # -- the MLflow UI in headless Chromium (browser tier), on the same served sweep ------------------------------
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
          "--window-size=1600,1000"]
 WAIT_S = 60
+
+
+def chromium_and_driver() -> tuple[str, str]:
+    """The ``chromium`` and ``chromedriver`` on PATH, found as .ci/run finds them (``command -v``); a skip, naming
+    what is missing, where one is not there (in CI a skip fails the run: tests/conftest.py)."""
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        missing = [name for name, path in (("chromium", chromium), ("chromedriver", chromedriver)) if path is None]
+        pytest.skip(f"{' and '.join(missing)} not on PATH (Debian: apt-get install chromium chromium-driver)")
+    return chromium, chromedriver
 
 
 @dataclass
@@ -426,8 +435,7 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Site:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium chromium-driver)")
+    chromium_and_driver()  # before the served sweep: without a browser it is not worth starting
     served = request.getfixturevalue("served_sweep")  # the session's server and sweep (see conftest)
     c = mlflow_client(served.url)
     exp_id = c.get_experiment_by_name("quickstart").experiment_id
@@ -451,12 +459,13 @@ def browser(site: Site) -> Iterator[Any]:
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
+    chromium, chromedriver = chromium_and_driver()
     opts = Options()
-    opts.binary_location = str(CHROMIUM)
+    opts.binary_location = chromium
     for flag in FLAGS:
         opts.add_argument(flag)
     opts.add_argument(f"--user-data-dir={site.shots.parent / 'chromium-profile'}")
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
     driver.set_page_load_timeout(WAIT_S)
     try:
         yield driver
