@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 SWEEPS = REPO / "sweeps"
 LAYERS = {
     "errors": 0, "paths": 0, "lease": 0, "uris": 0, "ports": 0, "__init__": 0,
-    "store": 1, "config": 1, "trials": 1, "live": 1,
+    "store": 1, "config": 1, "trials": 1, "live": 1, "preemptions": 1,
     "execution": 2, "tracking": 2,
     "reports": 3,
     "registry": 4,

@@ -72,6 +72,25 @@ def test_manifests_are_a_raycluster_a_rayjob_and_a_forbid_cronjob() -> None:
         assert "RAY_AUTH_MODE" in text and "RAY_AUTH_TOKEN" in text, kind
 
 
+def test_worker_pods_drain_on_sigterm_within_their_grace_period() -> None:
+    """Spot capacity (docs/cluster.md): a deleted worker pod's `ray start --block` marks its node draining for
+    RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S (set explicitly: Ray's default is 30 s) so Train's notice (polled every
+    5 s) reaches the loops; Kubernetes must not kill the pod before that window ends."""
+    docs = {d["kind"]: d for p in MANIFESTS for d in yaml.safe_load_all(p.read_text()) if d}
+    rc = docs["RayCluster"]["spec"]
+    head_env = {e["name"] for e in rc["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
+    for group in rc["workerGroupSpecs"]:
+        assert str(group["rayStartParams"].get("block", "true")).lower() == "true", group["groupName"]
+        pod = group["template"]["spec"]
+        grace = pod.get("terminationGracePeriodSeconds", 30)  # Kubernetes' default
+        for container in pod["containers"]:
+            env = {e["name"]: e for e in container["env"]}
+            assert head_env <= set(env), f"{group['groupName']} lacks {head_env - set(env)} of the head's env"
+            drain = float(env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"]["value"])
+            assert 30 <= drain < grace, (group["groupName"], drain, grace)
+            assert "preStop" not in container.get("lifecycle", {}), "a preStop hook's time counts against the grace"
+
+
 def test_every_manifest_command_passes_a_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))

@@ -311,14 +311,15 @@ def test_restore_hands_back_a_switch_or_the_saved_state_path(tmp_path: Path) -> 
     path_spec = ScriptSpec(framework="torch", path="/p/t.py", flags={"ckpt": "--ckpt"}, resume="ckpt")
     work = tmp_path / "w1"
     work.mkdir()
-    assert launch.restore(Checkpoint.from_directory(str(ckpt)), path_spec, str(work)) == str(work / "out/state.pt")
+    resume, spot = launch.restore(Checkpoint.from_directory(str(ckpt)), path_spec, str(work), "t1")
+    assert resume == str(work / "out/state.pt") and spot.preemptions == 0  # no note: not a preemption
     assert (work / "out" / "state.pt").read_text() == "x"
     switch_spec = ScriptSpec(framework="torch", path="/p/t.py", switches={"resume": "--resume"}, resume="resume")
     work2 = tmp_path / "w2"
     work2.mkdir()
-    assert launch.restore(Checkpoint.from_directory(str(ckpt)), switch_spec, str(work2)) == ""
+    assert launch.restore(Checkpoint.from_directory(str(ckpt)), switch_spec, str(work2), "t1")[0] == ""
     no_option = ScriptSpec(framework="torch", path="/p/t.py")
-    assert launch.restore(Checkpoint.from_directory(str(ckpt)), no_option, str(tmp_path / "w3")) is None
+    assert launch.restore(Checkpoint.from_directory(str(ckpt)), no_option, str(tmp_path / "w3"), "t1")[0] is None
 
 
 def test_a_failing_script_quotes_its_last_lines(tmp_path: Path) -> None:

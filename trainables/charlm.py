@@ -33,7 +33,7 @@ import math
 import os
 from typing import Any
 
-from trainables import common
+from trainables import common, preemption
 
 METRICS = ("train/loss", "val/loss", "eval_loss", "val/perplexity", "val/acc", "epoch", "opt/lr")
 VOCAB = "\t\n" + "".join(chr(i) for i in range(32, 127))
@@ -231,7 +231,8 @@ def _eval_latency_ms(model: Any, loader: Any) -> float:
 
 
 def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, step_offset: int, optimizer: Any,
-                     peak_lr: float, accum: int, world: int, restored: dict[str, Any]) -> Any:
+                     peak_lr: float, accum: int, world: int, restored: dict[str, Any],
+                     spot: preemption.Watch) -> Any:
     import ray.train
     import torch
     from transformers import TrainerCallback
@@ -283,7 +284,7 @@ def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, ste
             }
             self.restored = {}
             every = int(config.get("checkpoint_every", 1))
-            with common.checkpoint_dir(rank, epoch, every) as d:
+            with common.checkpoint_dir(rank, epoch, every, spot) as d:
                 checkpoint = None
                 if d is not None:
                     meta = {"epoch": epoch, "lr": peak_lr, "val/loss": eval_loss, "val/acc": report["val/acc"],
@@ -291,7 +292,7 @@ def _report_callback(*, config: dict[str, Any], rank: int, first_epoch: int, ste
                     common.save_checkpoint(d, model, optimizer, meta)
                     common.save_preprocessing(d, preprocessing(config))
                     checkpoint = ray.train.Checkpoint.from_directory(d)
-                ray.train.report(report, checkpoint=checkpoint)
+                ray.train.report({**report, **spot.metrics(epoch)}, checkpoint=checkpoint)
 
     return SweepsReportCallback()
 
@@ -351,9 +352,11 @@ def train_loop(config: dict[str, Any]) -> None:
 
     first_epoch, restored = 1, {}
     ckpt = common.resume_checkpoint(config)
+    spot = preemption.Watch.start(None, config.get(common.TRIAL_ID_KEY))
     if ckpt is not None:
         with ckpt.as_directory() as d:
             model_state, optim_state, meta = common.load_checkpoint(d)
+            spot = preemption.Watch.start(d, config.get(common.TRIAL_ID_KEY))
         model.load_state_dict(model_state)
         optimizer.load_state_dict(optim_state)
         first_epoch = int(meta["epoch"]) + 1
@@ -403,7 +406,7 @@ def train_loop(config: dict[str, Any]) -> None:
         _offset_factor, offset=offset, warmup=warmup_steps(config, total), total=total))
     trainer.add_callback(_report_callback(config=config, rank=rank, first_epoch=first_epoch, step_offset=offset,
                                           optimizer=optimizer, peak_lr=peak_lr, accum=accum, world=world,
-                                          restored=restored))
+                                          restored=restored, spot=spot))
     trainer = prepare_trainer(trainer)
     common.set_threads(config)  # accelerate may have resized torch's thread pool
     try:

@@ -246,12 +246,19 @@ def standardized(net: Any, x_mean: Any, x_std: Any, y_mean: float | None = None,
 
 
 @contextmanager
-def checkpoint_dir(rank: int, epoch: int, every: int) -> Iterator[str | None]:
-    """A temp dir for rank 0 on checkpointing epochs, else None (only rank 0 passes a checkpoint)."""
-    if rank != 0 or every <= 0 or epoch % every != 0:
+def checkpoint_dir(rank: int, epoch: int, every: int, watch: Any = None) -> Iterator[str | None]:
+    """A temp dir for rank 0 on checkpointing epochs, else None (only rank 0 passes a checkpoint).
+
+    With a :class:`trainables.preemption.Watch` (call it on every rank: it is a barrier), an epoch after a
+    preemption notice checkpoints too, and every checkpoint holds the watch's note.
+    """
+    noticed = watch.due() if watch is not None else False
+    if rank != 0 or not (noticed or (every > 0 and epoch % every == 0)):
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="ckpt-") as d:
+        if watch is not None:
+            watch.write(d, epoch)
         yield d
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainables import common
+from trainables import common, preemption
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,11 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
     start_epoch = 1
     restored: dict[str, Any] = {}
     ckpt = common.resume_checkpoint(config)
+    spot = preemption.Watch.start(None, config.get(common.TRIAL_ID_KEY))
     if ckpt is not None:
         with ckpt.as_directory() as d:
             model_state, optim_state, meta = common.load_checkpoint(d)
+            spot = preemption.Watch.start(d, config.get(common.TRIAL_ID_KEY))
         raw: Any = model.module if hasattr(model, "module") else model
         raw.load_state_dict(model_state)
         optimizer.load_state_dict(optim_state)
@@ -169,7 +171,7 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
             "node_id": node_id,  # where rank 0 ran (multi-node placement shows in the results)
         }
         restored, facts = {}, {}
-        with common.checkpoint_dir(rank, epoch, every) as d:
+        with common.checkpoint_dir(rank, epoch, every, spot) as d:
             checkpoint = None
             if d is not None:
                 common.save_checkpoint(d, model, optimizer, {"epoch": epoch, "lr": lr, task.name: score,
@@ -177,4 +179,4 @@ def fit(config: dict[str, Any], load_data: Callable[[], tuple[Any, Any, Any, Any
                 if preprocessing is not None:
                     common.save_preprocessing(d, preprocessing())
                 checkpoint = ray.train.Checkpoint.from_directory(d)
-            ray.train.report(metrics, checkpoint=checkpoint)
+            ray.train.report({**metrics, **spot.metrics(epoch)}, checkpoint=checkpoint)

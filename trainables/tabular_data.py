@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainables import common
+from trainables import common, preemption
 
 METRICS = ("train/loss", "val/loss", "val/acc", "epoch", "opt/lr")
 FORMATS = ("parquet", "csv")
@@ -368,9 +368,11 @@ def train_loop(config: dict[str, Any]) -> None:
 
     start_epoch, restored = 1, {}
     ckpt = common.resume_checkpoint(config)
+    spot = preemption.Watch.start(None, config.get(common.TRIAL_ID_KEY))
     if ckpt is not None:
         with ckpt.as_directory() as d:
             model_state, optim_state, meta = common.load_checkpoint(d)
+            spot = preemption.Watch.start(d, config.get(common.TRIAL_ID_KEY))
         model.load_state_dict(model_state)  # includes the input norm's running statistics
         optimizer.load_state_dict(optim_state)
         start_epoch = int(meta["epoch"]) + 1
@@ -434,11 +436,11 @@ def train_loop(config: dict[str, Any]) -> None:
             **restored,
         }
         restored = {}
-        with common.checkpoint_dir(rank, epoch, every) as d:
+        with common.checkpoint_dir(rank, epoch, every, spot) as d:
             checkpoint = None
             if d is not None:
                 meta = {"epoch": epoch, "lr": lr, "val/acc": metrics["val/acc"], "val/loss": metrics["val/loss"],
                         "trial_id": config.get(common.TRIAL_ID_KEY)}
                 common.save_checkpoint(d, model, optimizer, meta)
                 checkpoint = ray.train.Checkpoint.from_directory(d)
-            ray.train.report(metrics, checkpoint=checkpoint)
+            ray.train.report({**metrics, **spot.metrics(epoch)}, checkpoint=checkpoint)

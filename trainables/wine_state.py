@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trainables import common
+from trainables import common, preemption
 
 METRICS = ("train/loss", "val/loss", "val/acc", "epoch", "opt/lr")
 STATE_FILE = "state.pt"
@@ -108,9 +108,11 @@ def train_loop(config: dict[str, Any]) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=float(config.get("weight_decay", 0.0)))
     start = 1
     ckpt = common.resume_checkpoint(config)
+    spot = preemption.Watch.start(None, config.get(common.TRIAL_ID_KEY))
     if ckpt is not None:
         with ckpt.as_directory() as d:
             state = read_state(d)
+            spot = preemption.Watch.start(d, config.get(common.TRIAL_ID_KEY))
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = int(state["epoch"]) + 1
@@ -135,9 +137,9 @@ def train_loop(config: dict[str, Any]) -> None:
         metrics = {"train/loss": total / max(len(y_tr), 1), "val/loss": float(loss_fn(out, y_va)),
                    "val/acc": float((out.argmax(1) == y_va).float().mean()), "epoch": epoch,
                    "opt/lr": optimizer.param_groups[0]["lr"]}
-        with common.checkpoint_dir(rank, epoch, int(config.get("checkpoint_every", 1))) as d:
+        with common.checkpoint_dir(rank, epoch, int(config.get("checkpoint_every", 1)), spot) as d:
             checkpoint = None
             if d is not None:
                 save_state(d, model, optimizer, epoch, data)
                 checkpoint = ray.train.Checkpoint.from_directory(d)
-            ray.train.report(metrics, checkpoint=checkpoint)
+            ray.train.report({**metrics, **spot.metrics(epoch)}, checkpoint=checkpoint)

@@ -138,6 +138,8 @@ class ClusterCfg:
 class FailureCfg:
     max_failures: int
     worker_max_failures: int
+    max_preemption_failures: int = -1  # Train's FailureConfig default: recover from every node preemption
+    preemption_grace_s: float = 0.0  # how long survivors may run past a preemption deadline (Train's default)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,20 @@ def check_cluster_versions(address: str) -> Check:
     return Check("cluster versions", True, f"Ray {cluster.ray}, Python {cluster.python}: the driver's own")
 
 
+def check_drain(address: str) -> Check:
+    """Whether the cluster's worker nodes drain on SIGTERM (spot capacity: docs/cluster.md), from what each
+    node's processes inherited; what Ray cannot show is said."""
+    from sweeps.execution.cluster import drain
+
+    try:
+        ok, detail = drain.summary(drain.survey(address))
+    except RuntimeError as exc:
+        return Check("node drain", False, str(exc), "check the address and the token", required=False)
+    return Check("node drain", ok, detail, "start worker nodes with `ray start --block` on Ray 2.60 and "
+                 f"{drain.DRAIN_ENV} > the Train notice poll (5 s) + an epoch + a checkpoint upload, shorter than "
+                 "the pod's terminationGracePeriodSeconds (deploy/kuberay/raycluster.yaml)", required=False)
+
+
 def check_levers() -> Check:
     """Which levers (private Ray/Tune/Train/Optuna surfaces, docs/ray.md "Levers") this environment uses."""
     from sweeps.execution.levers import core
@@ -231,6 +245,6 @@ def run_checks(tracking_uri: str | None = None, storage: str | None = None,
         check_loopback,
         check_configs,
         check_levers,
-        *([lambda: check_state_api(address)] if address else []),
+        *([lambda: check_state_api(address), lambda: check_drain(address)] if address else []),
     ]
     return [*first, *(c() for c in checks)]

@@ -47,6 +47,8 @@ def trial_dict(summ: Summary, r: Row, params: Sequence[str], rank: int | None) -
             "data_bound": r.data_bound,
             "nonfinite": r.nonfinite,
             "schedule": fmt_schedule(r.schedule),
+            "preemptions": "" if r.preemptions is None else r.preemptions,
+            "epochs_lost": "" if r.epochs_lost is None else r.epochs_lost,
             "error": r.error or "",
         }
     )

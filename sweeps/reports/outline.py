@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps.reports import preempted
 from sweeps.reports.summary import CLOCK_WORDS, Schedule, Summary
 from sweeps.store import SweepRecord
 
@@ -310,6 +311,8 @@ def outline(rec: SweepRecord, summ: Summary, analysis: Analysis | None = None) -
         _status_section(summ),
         _compute_section(summ),
         *_problem_sections(summ),
+        *([Section(p.title, p.bullets, [Table(p.headers, p.rows)] if p.rows else [])]
+          if (p := preempted.part(summ.rows, MAX_LISTED)) else []),
         *_schedule_section(summ),
         _importance_section(summ, analysis),
         *analysis.sections,

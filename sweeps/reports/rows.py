@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeps import preemptions
 from sweeps.reports.results import TrialRecord
 
 DATA_FRAC = "time/data_frac"
@@ -60,6 +61,8 @@ class Row:
     steady_s: float | None = None  # Tune clock: the median time between consecutive reports (no start-up)
     unsteady_starts: int = 0  # Tune clock, no steady report: starts whose time is start-up + one epoch
     train_s_from: str = TRAINABLE_CLOCK  # TRAINABLE_CLOCK (time/compute_s + time/data_s) or TUNE_CLOCK
+    preemptions: int | None = None  # node preemptions the trial's loop counted (None: it said nothing)
+    epochs_lost: int | None = None  # reported epochs redone after those preemptions (sweeps.preemptions)
 
     @property
     def failed(self) -> bool:
@@ -187,6 +190,7 @@ def to_row(
 ) -> Row:
     """One trial record -> its summary row (pure)."""
     s = _scan(rec.history, metric, mode)
+    spot = preemptions.tally(rec.history)
     own = s.train_s > 0.0
     train_s = s.train_s if own else _tune_train_s(s)
     data_frac = s.frac_sum / s.frac_n if s.frac_n else None
@@ -215,6 +219,8 @@ def to_row(
         steady_s=statistics.median(s.steady) if s.steady and not own else None,
         unsteady_starts=s.starts if not s.steady and not own else 0,
         train_s_from=TRAINABLE_CLOCK if own else TUNE_CLOCK,
+        preemptions=spot.preemptions if spot.known else None,
+        epochs_lost=spot.epochs_lost if spot.known else None,
     )
 
 

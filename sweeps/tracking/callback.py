@@ -34,6 +34,7 @@ from sweeps.tracking.client import (
     send_batches,
 )
 from sweeps.tracking.endings import Endings
+from sweeps.tracking.preempted import Spots
 from sweeps.trials import config_digest, trial_location
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class _Tracker(Endings):
         self.book = BestBook(metric, mode)  # each running trial's best checkpoint (the model's) and PBT lineage
         self.noted: dict[str, dict[str, str]] = {}  # trial id -> tags its run gets when it ends (an operator's stop)
         self.lineages: dict[str, str] = {}  # a resumed sweep: trial id -> its run's lineage tag, until it restarts
+        self.spots = Spots()  # each trial's node preemptions: tags its run gets when it ends
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -253,6 +255,9 @@ class _Tracker(Endings):
         step = int(result.get("training_iteration", 0))
         ts = int(result.get("timestamp", time.time()) * 1000)
         buf = self.buffers.setdefault(trial.trial_id, [])
+        spot = self.spots.tags(trial.trial_id, result)
+        if spot:
+            self.noted.setdefault(trial.trial_id, {}).update(spot)
         for k, v in result.items():
             if k in SKIP_RESULT_KEYS or isinstance(v, bool) or not isinstance(v, int | float):
                 continue

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from trainables import preemption
 from trainables.script import hooks
 from trainables.script.session import META_DIR, Reporter, read_state
 from trainables.script.spec import SPEC_KEY, ScriptSpec, argv
@@ -62,7 +63,7 @@ def train_loop(config: dict[str, Any]) -> None:
     with open(os.path.join(folder, OWNER), "w") as f:
         f.write(f"{socket.gethostname()} {os.getpid()}")
     path = script_file(spec, folder)
-    resume = restore(ray.train.get_checkpoint(), spec, work)
+    resume, spot = restore(ray.train.get_checkpoint(), spec, work, trial)
     lr = config.get(spec.lr) if spec.lr else None
     state = hooks.RunState(spec.framework, work, resume if spec.framework in ("lightning", "hf") else None,
                            float(lr) if isinstance(lr, int | float) and not isinstance(lr, bool) else None,
@@ -72,7 +73,8 @@ def train_loop(config: dict[str, Any]) -> None:
     log_path = os.path.join(folder, "script.log")
     log.info("rank %d runs %s (log %s)", rank, " ".join(args), log_path)
     every = int(config.get("checkpoint_every", 1) or 0)
-    with Reporter(spec.framework, spec.metric, rank, world, every, log_path if rank == 0 else None) as rep:
+    with Reporter(spec.framework, spec.metric, rank, world, every, log_path if rank == 0 else None,
+                  spot) as rep:
         save = _plain_save(spec, state, rank)
         with contextlib.ExitStack() as stack:
             epochs = hooks.install(stack, rep, state, _source(path, spec.entry), save)
@@ -156,22 +158,29 @@ def _source(path: str | None, entry: str | None = None) -> str:
         return f.read()
 
 
-def restore(checkpoint: Any, spec: ScriptSpec, work: str) -> str | None:
-    """Copy the trial's checkpoint into the run's folder; return what the script resumes from: the framework's
-    checkpoint (Lightning, HF), the saved state (a path option), or ``""`` for a switch. None: a fresh start."""
+def restore(checkpoint: Any, spec: ScriptSpec, work: str, trial: str) -> tuple[str | None, preemption.Watch]:
+    """Copy the trial's checkpoint into the run's folder. Returns what the script resumes from (the framework's
+    checkpoint (Lightning, HF), the saved state (a path option), ``""`` for a switch; None: a fresh start), and
+    the start's preemption watch, with the count the checkpoint carries (:mod:`trainables.preemption`)."""
     if checkpoint is None:
-        return None
+        return None, preemption.Watch.start(None, trial)
     with checkpoint.as_directory() as src:
-        meta = read_state(src)
-        if not meta:
-            log.warning("checkpoint %s was not written by the script adapter: the script starts afresh", src)
-            return None
-        if spec.framework in ("lightning", "hf"):
-            dest = os.path.join(work, RESTORED)
-            shutil.copytree(src, dest, ignore=shutil.ignore_patterns(META_DIR), dirs_exist_ok=True)
-            return os.path.join(dest, meta["resume"]) if meta.get("resume") else None
-        if os.path.isdir(os.path.join(src, WORK)):
-            shutil.copytree(os.path.join(src, WORK), work, dirs_exist_ok=True)
+        spot = preemption.Watch.start(os.path.join(src, META_DIR), trial)
+        return _restored(src, spec, work), spot
+
+
+def _restored(src: str, spec: ScriptSpec, work: str) -> str | None:
+    """:func:`restore`'s copy, from the checkpoint's local folder ``src``."""
+    meta = read_state(src)
+    if not meta:
+        log.warning("checkpoint %s was not written by the script adapter: the script starts afresh", src)
+        return None
+    if spec.framework in ("lightning", "hf"):
+        dest = os.path.join(work, RESTORED)
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(META_DIR), dirs_exist_ok=True)
+        return os.path.join(dest, meta["resume"]) if meta.get("resume") else None
+    if os.path.isdir(os.path.join(src, WORK)):
+        shutil.copytree(os.path.join(src, WORK), work, dirs_exist_ok=True)
     if not spec.resume:
         log.warning("%s takes no resume option: it starts afresh (its files are restored in its folder)", spec.name)
         return None

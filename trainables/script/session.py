@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainables.preemption import Watch
+
 log = logging.getLogger(__name__)
 
 META_DIR = "_sweeps"  # inside every checkpoint: what the adapter adds to the framework's own files
@@ -54,8 +56,10 @@ def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 class Reporter:
     """Collects what the script logs between report points and makes the reports."""
 
-    def __init__(self, framework: str, metric: str, rank: int, world: int, every: int, log_path: str | None):
+    def __init__(self, framework: str, metric: str, rank: int, world: int, every: int, log_path: str | None,
+                 spot: Watch | None = None):
         self.framework, self.metric, self.rank, self.world = framework, metric, rank, world
+        self.spot = spot  # preemption notices and the trial's count (trainables.preemption); None: not watched
         self.every = max(int(every), 0)
         self.log_path = log_path
         self.pending: dict[str, float] = {}
@@ -111,7 +115,8 @@ class Reporter:
 
         values = {**self.pending, **numeric(metrics)} if self.rank == 0 else {}
         self.pending = {}
-        folder = tempfile.mkdtemp(prefix="sweeps-ckpt-") if save is not None and self.due() else None
+        noticed = self.spot.due() if self.spot is not None else False  # every rank: a barrier
+        folder = tempfile.mkdtemp(prefix="sweeps-ckpt-") if save is not None and (noticed or self.due()) else None
         try:
             checkpoint = None
             if folder is not None:
@@ -122,6 +127,7 @@ class Reporter:
             self.reports += 1
             if self.rank == 0:
                 self.seen.update({k: v for k, v in values.items() if isinstance(v, float)})
+                values.update(self.spot.metrics(self.reports) if self.spot is not None else {})
             ray.train.report(values, checkpoint=checkpoint)
         finally:
             if folder is not None:
@@ -139,6 +145,8 @@ class Reporter:
         os.makedirs(meta, exist_ok=True)
         with open(os.path.join(meta, STATE_FILE), "w") as f:
             json.dump({"framework": self.framework, "resume": resume, "reports": self.reports + 1}, f)
+        if self.spot is not None:
+            self.spot.write(meta, self.reports + 1)
         if self.examples is not None:
             import torch
 

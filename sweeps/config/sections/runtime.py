@@ -53,8 +53,13 @@ def cluster(r: Reader) -> ClusterCfg:
     node_types = tuple(r.amounts(f"cluster.node_types[{i}]", t) if isinstance(t, Mapping) else {}
                        for i, t in enumerate(types))
     ship = r.get("cluster", "ship_code", "bool", default=True)
+    head_mb = r.get("cluster", "head_memory_per_trial_mb", "num", default=600)
+    if isinstance(head_mb, int | float) and head_mb < 0:
+        r.errors.append(f"cluster.head_memory_per_trial_mb: must be >= 0 (0: the head's memory is not counted), "
+                        f"got {head_mb}")
+        head_mb = 0
     return ClusterCfg(mode, address, num_cpus, num_gpus, float(driver_cpus), float(hc), float(wst),
-                      bool(to_driver), driver_res, node_types, float(wait_s), bool(ship))
+                      bool(to_driver), driver_res, node_types, float(wait_s), bool(ship), float(head_mb))
 
 
 def storage(r: Reader, default_path: str) -> str:
@@ -86,7 +91,15 @@ def failure(r: Reader) -> FailureCfg:
     for key, v in (("failure.max_failures", max_failures), ("failure.worker_max_failures", worker_failures)):
         if isinstance(v, int) and v < -1:
             r.errors.append(f"{key}: must be >= -1 (-1 = retry forever), got {v}")
-    return FailureCfg(max_failures, worker_failures)
+    preemptions = r.get("failure", "max_preemption_failures", "int", default=-1)
+    if isinstance(preemptions, int) and preemptions < -1:
+        r.errors.append(f"failure.max_preemption_failures: must be >= -1 (-1 = recover from every preemption, "
+                        f"0 = none), got {preemptions}")
+    grace = r.get("failure", "preemption_grace_s", "num", default=0.0)
+    if isinstance(grace, int | float) and grace < 0:
+        r.errors.append(f"failure.preemption_grace_s: must be a number of seconds >= 0, got {grace}")
+    return FailureCfg(max_failures, worker_failures, int(preemptions) if isinstance(preemptions, int) else -1,
+                      float(grace) if isinstance(grace, int | float) and grace >= 0 else 0.0)
 
 
 def unknown_sections(cfg: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:

@@ -54,6 +54,8 @@ class TrialSetup:
     lean: bool = False  # the lean trainer (sweeps.execution.warmstart.lean); the installed Ray was checked for it
     in_process: bool = False  # the loop runs in the trial's own process (Train's local mode, the local_train lever)
     job_env_vars: dict[str, str] | None = None  # a remote job's runtime-env variables; None: inherited
+    max_preemption_failures: int = -1  # Train's restarts after a node preemption (failure.max_preemption_failures)
+    preemption_grace_s: float = 0.0  # failure.preemption_grace_s
 
 
 def sanitize(metrics: dict[str, Any], metric: str, mode: str) -> dict[str, Any]:
@@ -143,7 +145,8 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
             storage_path=setup.train_dir,
             callbacks=[bridge.bridge_callback(channel.address, channel.token, driver_node=driver_node), *named,
                        *stages.train_callbacks()],
-            failure_config=failure_config(setup.worker_max_failures),
+            failure_config=failure_config(setup.worker_max_failures, setup.max_preemption_failures,
+                                          setup.preemption_grace_s),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=TRAIN_KEEP),
         ),
     )
@@ -152,15 +155,45 @@ def make_trainer(setup: TrialSetup, config: dict[str, Any], run_name: str, chann
 CONTROLLER_FAILURE_LIMIT = 3
 
 
-def failure_config(worker_max_failures: int) -> Any:
-    """Train's failure config: worker-group restarts, and a finite ``controller_failure_limit`` (a DeveloperAPI
-    argument; Train's default -1 retries a worker group that cannot start forever, docs/ray.md) where the
-    installed Train takes it."""
+PREEMPTION_PARAMS = ("max_preemption_failures", "preemption_grace_s")
+
+
+def preemption_params() -> tuple[str, ...]:
+    """Which of Train's preemption parameters the installed ``ray.train.FailureConfig`` takes (Ray 2.60 has
+    both; older Rays of the supported range have neither): public API, read from its signature."""
+    import inspect
+
+    import ray.train
+
+    taken = inspect.signature(ray.train.FailureConfig).parameters
+    return tuple(p for p in PREEMPTION_PARAMS if p in taken)
+
+
+def preemption_not_applied(max_preemption_failures: int, preemption_grace_s: float) -> str | None:
+    """What the sweep says once (driver side) when the installed Train lacks a preemption parameter the
+    config sets away from Train's default, else None."""
+    missing = [p for p in PREEMPTION_PARAMS if p not in preemption_params()]
+    if not missing:
+        return None
+    import ray
+
+    return (f"Ray {ray.__version__}'s Train has no {' or '.join(missing)}: failure.max_preemption_failures="
+            f"{max_preemption_failures} and failure.preemption_grace_s={preemption_grace_s:g} are not applied (a "
+            f"node preemption there is a worker failure, counted against failure.worker_max_failures)")
+
+
+def failure_config(worker_max_failures: int, max_preemption_failures: int = -1,
+                   preemption_grace_s: float = 0.0) -> Any:
+    """Train's failure config: worker-group restarts, a finite ``controller_failure_limit`` (a DeveloperAPI
+    argument; Train's default -1 retries a worker group that cannot start forever, docs/ray.md), and the
+    preemption budget and grace (counted apart from ``max_failures``), each where the installed Train takes it."""
     import inspect
 
     import ray.train
 
     kwargs: dict[str, Any] = {"max_failures": worker_max_failures}
+    offered = {"max_preemption_failures": max_preemption_failures, "preemption_grace_s": preemption_grace_s}
+    kwargs.update({p: offered[p] for p in preemption_params()})
     if "controller_failure_limit" in inspect.signature(ray.train.FailureConfig).parameters:
         kwargs["controller_failure_limit"] = CONTROLLER_FAILURE_LIMIT
     else:

@@ -3,15 +3,18 @@ made (its gated searcher and scheduler, its stopper, its callbacks: :mod:`sweeps
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from sweeps import uris
 from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import TRIAL_SLOT, Plan, in_process, per_trial
-from sweeps.execution.train.trial import TrialSetup, run_trial
+from sweeps.execution.train.trial import TrialSetup, preemption_not_applied, run_trial
 from sweeps.execution.tuning.searchers import param_space
 from sweeps.execution.warmstart import warm
+
+log = logging.getLogger(__name__)
 
 
 def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
@@ -24,11 +27,23 @@ def trial_setup(spec: SweepSpec, sweep_id: str) -> TrialSetup:
         resources_per_worker=resources, placement_strategy=t.placement_strategy,
         storage_path=spec.storage_path, train_dir=train_dir(spec, sweep_id),
         worker_max_failures=spec.failure.worker_max_failures, metric=spec.sweep.metric, mode=spec.sweep.mode,
+        max_preemption_failures=spec.failure.max_preemption_failures,
+        preemption_grace_s=spec.failure.preemption_grace_s,
         checkpoint_every=t.checkpoint_every, datasets=t.datasets,
         extra_config={"seed": spec.sweep.seed, **t.loop_extras(spec.sweep.metric)},
         sweep_id=sweep_id, lean=warm.current(spec.cluster.mode == "local").lean, in_process=in_process(spec),
         job_env_vars=None if spec.cluster.mode == "local" else job_env_vars(),
     )
+
+
+def _say_preemption_support(setup: TrialSetup) -> None:
+    """Once per sweep: on a Ray whose Train lacks the preemption parameters, that they are not applied (a
+    warning where the config sets them away from Train's defaults)."""
+    said = preemption_not_applied(setup.max_preemption_failures, setup.preemption_grace_s)
+    if said is None:
+        return
+    changed = setup.max_preemption_failures != -1 or setup.preemption_grace_s != 0.0
+    (log.warning if changed else log.info)("%s", said)
 
 
 def train_dir(spec: SweepSpec, sweep_id: str) -> str:
@@ -46,7 +61,9 @@ def job_env_vars() -> dict[str, str]:
 def trainable(spec: SweepSpec, sweep_id: str) -> Any:
     from ray import tune
 
-    fn = tune.with_parameters(run_trial, setup=trial_setup(spec, sweep_id))
+    setup = trial_setup(spec, sweep_id)
+    _say_preemption_support(setup)
+    fn = tune.with_parameters(run_trial, setup=setup)
     # Only the driver's own resources: the Train controller reserves the workers' bundles itself
     # (docs/ray.md). Extra driver resources can pin drivers to nodes that won't be lost. A trial in its own
     # process holds all it trains with (its GPU too: Ray sets its CUDA_VISIBLE_DEVICES).
