@@ -64,6 +64,9 @@ class SweepCfg:
         return len(self.objectives) > 1
 
 
+PACK_KEY = "_sweeps_pack"  # the loop config's key of trainable.pack (the worker caps its GPU memory to 1/pack)
+
+
 @dataclass(frozen=True)
 class TrainableCfg:
     name: str
@@ -83,15 +86,17 @@ class TrainableCfg:
     dataset: tuple[str, str] | None = None  # (name, digest) of the data it trains on: the models' metrics name it
     script: dict[str, Any] | None = None  # the script adapter's ScriptSpec fields (sweeps.config.sections.script)
     in_process: bool | None = None  # None: auto (sweeps.execution.resources.plan.in_process decides)
+    pack: int = 1  # single-worker trials per GPU: each worker asks GPU 1/pack and keeps 1/pack of its memory
 
     def loop_extras(self, metric: str) -> dict[str, Any]:
         """What the loop and the loader get beside the params: a script trainable's spec, with the metric it
-        must log."""
+        must log; a packed trial's ``pack`` (its worker caps its GPU memory, :mod:`sweeps.execution.train.bridge`)."""
+        packed = {PACK_KEY: self.pack} if self.pack > 1 and self.use_gpu else {}
         if not self.script:
-            return {}
+            return packed
         from sweeps.config.sections.script import SPEC_KEY
 
-        return {SPEC_KEY: {**self.script, "metric": metric}}
+        return {SPEC_KEY: {**self.script, "metric": metric}, **packed}
 
     @property
     def epochs(self) -> int | None:
@@ -132,6 +137,7 @@ class ClusterCfg:
     node_types: tuple[dict[str, float], ...] = ()  # what an autoscaler can add (refuse what none can hold)
     wait_for_resources_s: float = 600.0  # a remote sweep waits this long for nodes that can hold a trial
     ship_code: bool = True  # remote: send sweeps, trainables and the trainable's package to the nodes
+    head_memory_per_trial_mb: float = 600.0  # remote: what Train's per-run cleaner holds on the head (0: ignore)
 
 
 @dataclass(frozen=True)

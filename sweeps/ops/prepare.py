@@ -44,7 +44,7 @@ def dry_run(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
     """The composed sweep (``overrides``: what composed it, for the config files it came from), its space and
     the resource plan, as text (nothing is started)."""
     if spec.cluster.mode == "local":
-        plan_text = plan.make_plan(spec, plan.local_resources(spec), local=True).describe()
+        plan_text = plan.make_plan(spec, plan.local_resources(spec, dry_run=True), local=True).describe()
     else:
         plan_text = remote.describe(spec)
     lines = [

@@ -142,6 +142,7 @@ metrics: {metrics}
 num_workers: 1
 in_process: auto   # a 1-worker CPU trial trains in its trial's own process, reused for the next; false: a worker group
 use_gpu: false
+pack: 1            # K > 1: K single-worker trials share each GPU (each keeps 1/K of its memory)
 resources_per_worker: {{CPU: 1}}
 placement_strategy: PACK
 checkpoint_every: 1

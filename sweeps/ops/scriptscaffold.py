@@ -210,6 +210,7 @@ load_model: trainables.script.load_model  # promotion reads the checkpoint the {
 metrics: {json.dumps(read.metrics)}
 num_workers: 2
 use_gpu: false
+pack: 1            # K > 1: K single-worker trials share each GPU (each keeps 1/K of its memory)
 resources_per_worker: {{CPU: 1}}
 placement_strategy: PACK
 checkpoint_every: 1

@@ -11,6 +11,7 @@ from typing import Any
 
 from sweeps import paths
 from sweeps.config import compose, redaction
+from sweeps.config.sections.trainable import pack_params
 from sweeps.config.spec import SweepSpec
 from sweeps.lease import driver_id
 from sweeps.store import SweepRecord
@@ -74,7 +75,8 @@ def open_parent(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], schedu
     run_id = run.info.run_id
     try:
         mc.log_params(c, run_id, {"overrides": " ".join(redaction.redact_overrides(overrides)) or "(none)",
-                                  "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed})
+                                  "num_samples": spec.sweep.num_samples, "seed": spec.sweep.seed,
+                                  **pack_params(spec.trainable)})
         mc.write_text_artifact(c, run_id, "config.yaml", compose.to_yaml(spec.redacted()))
         mc.write_json_artifact(c, run_id, "search_space.json", redaction.redact(spec.space))
     except BaseException:

@@ -34,6 +34,11 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
     dataset = _dataset(r, r.get("trainable", "dataset", "map", default=None))
     script = script_section.parse(r, t.get("script"))
     in_process = _in_process(r, t.get("in_process", "auto"), workers, bool(script))
+    pack = r.get("trainable", "pack", "int", default=1)
+    packing = pack_errors(pack, workers, use_gpu, rpw)
+    r.errors += packing
+    if not packing and use_gpu and isinstance(pack, int) and pack > 1:
+        rpw = {**rpw, "GPU": 1.0 / pack}  # each worker's share of its GPU, as Ray schedules it
     r.errors += _param_errors(params) + requirement_errors(str(t.get("name", loop)), requires, extra)
     if isinstance(workers, int) and workers < 0:
         r.errors.append(f"trainable.num_workers: must be >= 0 (0: the loop runs in the trial's own process), "
@@ -51,10 +56,43 @@ def parse(r: Reader, allowed: Sequence[str]) -> TrainableCfg:
         num_workers=workers, use_gpu=use_gpu, resources_per_worker=rpw, placement_strategy=strategy,
         checkpoint_every=every, params=dict(params), datasets=datasets, load_model=load_model,
         requires=requires, extra=extra, dataset=dataset, script=script, in_process=in_process,
+        pack=pack if isinstance(pack, int) and pack >= 1 else 1,
     )
 
 
+def pack_errors(pack: Any, workers: Any, use_gpu: Any, rpw: Mapping[str, float]) -> list[str]:
+    """``trainable.pack: K``: K single-worker trials share one GPU (each worker asks ``GPU: 1/K`` and keeps
+    ``1/K`` of the device's memory); refused where that cannot hold."""
+    if not isinstance(pack, int) or pack == 1:
+        return []
+    if pack < 1:
+        return [f"trainable.pack: must be an integer >= 1 (1: one trial per GPU; K: K single-worker trials share "
+                f"a GPU), got {pack}"]
+    errors = []
+    if isinstance(workers, int) and workers > 1:
+        errors.append(f"trainable.pack: {pack} is refused for multi-worker trials (trainable.num_workers is "
+                      f"{workers}): the workers of one data-parallel trial would share a GPU and NCCL needs a "
+                      f"device per rank; set trainable.num_workers=1 or trainable.pack=1")
+    if not use_gpu:
+        errors.append(f"trainable.pack: {pack} packs trials onto GPUs, but trainable.use_gpu is false; set "
+                      f"trainable.use_gpu=true or trainable.pack=1")
+    gpu = rpw.get("GPU")
+    if use_gpu and gpu is not None and not math.isclose(float(gpu), 1.0 / pack, rel_tol=1e-3):
+        errors.append(f"trainable.pack: {pack} gives each worker GPU={1.0 / pack:g}, but "
+                      f"trainable.resources_per_worker.GPU is set to {gpu:g}; remove resources_per_worker.GPU "
+                      f"(pack sets it) or set trainable.pack=1")
+    return errors
+
+
 IN_PROCESS = ("auto", "true", "false")
+
+
+def pack_params(t: TrainableCfg) -> dict[str, Any]:
+    """What a packed sweep records (its MLflow parent run's params): trials per GPU and each one's share of the
+    GPU's memory; nothing when trials are not packed."""
+    if t.pack <= 1 or not t.use_gpu:
+        return {}
+    return {"pack": t.pack, "gpu_memory_fraction": round(1.0 / t.pack, 4)}
 
 
 def _in_process(r: Reader, value: Any, workers: Any, script: bool) -> bool | None:

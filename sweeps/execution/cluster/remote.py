@@ -22,6 +22,7 @@ from sweeps.execution.resources.plan import (
     _fmt,
     cluster_resources,
     in_process,
+    make_plan,
     per_trial,
     total_trials,
     worker_bundle,
@@ -106,12 +107,24 @@ def remote_plan(spec: SweepSpec) -> Plan:
     """A plan for a remote cluster (call after ``ray.init``): its concurrency is what the cluster holds now."""
     check_node_types(spec)
     res = wait_for_capacity(spec)
-    need = per_trial(spec)
-    fit = max(1, min(int(res.total.get(k, 0.0) // v) for k, v in need.items() if v > 0))
-    conc = min(fit, spec.sweep.max_concurrent_trials) if spec.sweep.max_concurrent_trials else fit
-    return Plan(per_trial=need, worker_bundle=worker_bundle(spec), concurrent_trials=conc,
-                total_trials=total_trials(spec), max_epochs=spec.trainable.epochs, resources=res,
-                num_cpus_to_start=None, data_cpus=1.0 if spec.trainable.datasets else 0.0, workers=workers(spec))
+    return make_plan(spec, res, local=False, cleaner=starts_cleaner(spec))
+
+
+def starts_cleaner(spec: SweepSpec) -> bool:
+    """Whether each trial's Train run starts Ray's per-run placement-group cleaner (on the head): a trial with
+    a worker group on Train's own trainer. A trial in its own process runs Train's local mode, which starts
+    none; the lean trainer leaves it out, unless Train would add variables to its processes' environment (the
+    trial then takes Train's own path, :func:`sweeps.execution.train.trial.trainer_class`)."""
+    if in_process(spec):
+        return False
+    if not _lean():
+        return True
+    import ray
+
+    from sweeps.execution.levers import lean_trainer
+
+    job_env = dict((ray.get_runtime_context().runtime_env or {}).get("env_vars") or {})
+    return bool(lean_trainer.added_env(job_env))
 
 
 DASHBOARD_PORT = 8265
@@ -183,12 +196,27 @@ def describe(spec: SweepSpec) -> str:
         f"versions       : {seen}",
         f"concurrent     : as many trials as the live cluster holds{f', at most {cap}' if cap else ''} "
         f"(recomputed as nodes join and go; paused trials do not count)",
+        f"head memory    : {head_line(spec)}",
         f"waiting        : up to {spec.cluster.wait_for_resources_s:g} s for room for one trial "
         f"(cluster.wait_for_resources_s)",
         f"total trials   : {'unbounded (until the time budget)' if total is None else total}",
         f"code shipped   : {shipped}",
         f"state API      : {state_api(spec.cluster.address or os.environ.get('RAY_ADDRESS'), _lean())[1]}",
     ])
+
+
+def head_line(spec: SweepSpec) -> str:
+    """What the head's memory does to concurrency, in words (the run reads the head's memory once joined)."""
+    mb = spec.cluster.head_memory_per_trial_mb
+    if in_process(spec):
+        return "not counted: a trial in its own process starts no placement-group cleaner"
+    if not mb:
+        return "not counted (cluster.head_memory_per_trial_mb=0)"
+    cap = (f"concurrency capped at the head's memory / {mb:g} MB per trial (Train's per-run placement-group "
+           "cleaner runs on the head; cluster.head_memory_per_trial_mb)")
+    if _lean():
+        return f"not counted: the lean trainer starts no cleaner (where Train's own trainer runs instead: {cap})"
+    return cap
 
 
 def _lean() -> bool:

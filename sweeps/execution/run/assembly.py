@@ -54,7 +54,7 @@ def new_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list
     capacity: Any = Fixed(plan.concurrent_trials)
     if spec.cluster.mode != "local":
         capacity = Capacity(plan.per_trial, plan.worker_bundle, plan.workers,
-                            spec.sweep.max_concurrent_trials)
+                            spec.sweep.max_concurrent_trials, plan.head_cap or 0)
         starts.append(capacity_gate(capacity))
     inner = build_scheduler(spec)
     made = Fixed(QUEUED) if needs_queue(inner) else capacity  # how many trials may exist unfinished at once

@@ -16,6 +16,7 @@ import math
 import time
 from typing import Any
 
+from sweeps.execution.resources.plan import times
 from sweeps.execution.run.session import Census, session
 
 log = logging.getLogger(__name__)
@@ -37,13 +38,15 @@ class Capacity:
     """How many trials the live cluster holds: for each resource a trial needs, total // per trial.
 
     At least one, so a trial's placement group can ask an autoscaler for nodes; at most ``cap`` (the sweep's
-    ``max_concurrent_trials``, 0 for none). Asks the autoscaler for room for ``cap`` trials (Ray's
-    ``request_resources``), which is a no-op on a cluster without one.
+    ``max_concurrent_trials``, 0 for none) and at most ``head_cap`` (what the head's memory holds of Train's
+    per-run cleaners, :func:`sweeps.execution.resources.plan.head_cap`; 0 for none). Asks the autoscaler for
+    room for ``cap`` trials (Ray's ``request_resources``), which is a no-op on a cluster without one.
     """
 
     def __init__(self, per_trial: dict[str, float], worker_bundle: dict[str, float], num_workers: int,
-                 cap: int) -> None:
+                 cap: int, head_cap: int = 0) -> None:
         self.per_trial, self.worker_bundle, self.num_workers, self.cap = per_trial, worker_bundle, num_workers, cap
+        self.head_cap = head_cap
         self._value, self._read_at, self._requested = 1, -math.inf, False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -62,8 +65,11 @@ class Capacity:
         import ray
 
         total = ray.cluster_resources()
-        fit = min((int(total.get(k, 0.0) // v) for k, v in self.per_trial.items() if v > 0), default=1)
+        fit = min((times(total.get(k, 0.0), v) for k, v in self.per_trial.items() if v > 0), default=1)
         fit = max(1, fit)
+        head_cap = getattr(self, "head_cap", 0)  # a Capacity pickled before it had one
+        if head_cap:
+            fit = min(fit, head_cap)
         if self.cap:
             if fit < self.cap and not self._requested:
                 self._request()

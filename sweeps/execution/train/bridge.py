@@ -8,7 +8,8 @@ checkpoint, and the controller's ``after_report`` waits until the driver's ``ray
 ``num_to_keep=1`` the checkpoint Tune copies is always Train's latest, which Train never deletes.
 
 Also here: the seeding wrapper that makes ``ray.train.get_checkpoint()`` return the checkpoint Tune handed
-the trial (a PBT donor's, a retry's, a restored trial's), and a checkpoint copy that hard-links local files.
+the trial (a PBT donor's, a retry's, a restored trial's), the GPU memory cap of a packed trial's worker
+(``trainable.pack``), and a checkpoint copy that hard-links local files.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 import time
 from typing import Any
 
+from sweeps.config.spec import PACK_KEY
 from sweeps.config.targets import import_dotted
 from sweeps.execution.train import stages, startup
 
@@ -230,6 +232,32 @@ def _seed(seed: Any, run_dir: str) -> None:
     barrier()  # rank 0's copy is complete before any rank reads it
 
 
+def cap_gpu_memory(pack: int) -> float | None:
+    """A packed trial's worker (``trainable.pack=K``, K trials share a GPU): keep 1/K of the GPU's memory, so one
+    trial that grows cannot take its neighbours' memory; returns the fraction set (None: nothing to cap).
+
+    torch's caching allocator refuses to grow past it (an out-of-memory error in this trial only); the CUDA
+    context itself (a few hundred MB per process) is outside the cap. Once per worker, before the user's loop.
+    """
+    if pack <= 1:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        log.warning("trainable.pack=%d: this worker sees no CUDA device; its GPU memory is not capped", pack)
+        return None
+    device = torch.cuda.current_device()  # a packed worker sees one GPU: the one Ray gave it a share of
+    fraction = 1.0 / pack
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    # a warning: a Train worker's root logger is Python's default (WARNING), and this line is worth finding in
+    # the worker's log when a trial runs out of GPU memory
+    log.warning("trainable.pack=%d: this worker keeps %.0f%% of GPU %d's memory (%.2f of %.2f GiB; "
+             "torch.cuda.set_per_process_memory_fraction)", pack, 100 * fraction, device,
+             fraction * total / 1024 ** 3, total / 1024 ** 3)
+    return fraction
+
+
 def seeded_loop(config: dict[str, Any], *, in_process: bool = False) -> None:
     """Every Train worker runs this: seed the run with the trial's Tune checkpoint, then the user's loop.
 
@@ -247,6 +275,7 @@ def seeded_loop(config: dict[str, Any], *, in_process: bool = False) -> None:
     undo = startup.arm_worker(rank, began, SEED_KEY, group=not in_process)  # before the loop's import (it may
     # bind report early)
     try:
+        cap_gpu_memory(int(config.pop(PACK_KEY, 1) or 1))
         seed = config.pop(SEED_CONFIG, None)
         run_dir = config.pop(RUN_DIR_CONFIG, None)
         loop = import_dotted(str(config.pop(LOOP_CONFIG)))
