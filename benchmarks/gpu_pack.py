@@ -9,7 +9,8 @@ project's folder, importable by the embedded Ray's processes), that records in i
 whether allocating 60% of the device fails (it must, at a 50% cap); and the wall-clock span of its training.
 
 Asserted: the sweep finished; every trial's worker saw fraction 1/pack and was refused 60% of the device; at
-least two trials' spans overlap; the dry run's plan says ``packing : 2 trials per GPU`` and 2 trials at a time.
+least two trials' spans overlap; the dry run's plan says ``packing : 2 trials per GPU`` and 2 trials at a time
+(``sweep.max_concurrent_trials`` is set to the trial count, so the GPU's share is what binds).
 
     python benchmarks/gpu_pack.py [--pack 2] [--samples 2] [--epochs 4] [--sleep 3] [--in-process]
 """
@@ -65,7 +66,7 @@ def train_loop(config):
 def sweep_args(a: argparse.Namespace) -> list[str]:
     workers = ["trainable.num_workers=0"] if a.in_process else ["trainable.num_workers=1"]
     return ["+experiment=quickstart", "scheduler=fifo", f"sweep.num_samples={a.samples}",
-            "sweep.max_concurrent_trials=0", "trainable.use_gpu=true", *workers, f"trainable.pack={a.pack}",
+            f"sweep.max_concurrent_trials={a.samples}", "trainable.use_gpu=true", *workers, f"trainable.pack={a.pack}",
             f"trainable.loop={PROBE}.train_loop", f"trainable.params.epochs={a.epochs}",
             f"+trainable.params.epoch_sleep_s={a.sleep}", "report.enabled=false", "promote.enabled=false"]
 
@@ -104,6 +105,7 @@ def main() -> None:
     print(dry.stdout.split("plan           :")[-1] if dry.returncode == 0 else dry.stderr)
     assert dry.returncode == 0, dry.stderr
     assert f"packing        : {a.pack} trials per GPU" in dry.stdout, dry.stdout
+    assert f"concurrent     : {min(a.pack, a.samples)} trial(s) at a time" in dry.stdout, dry.stdout
     wall, rec = run_cli(["run", *sweep_args(a)], home, timeout=1800)
     seen = [json.loads(f.read_text()) for f in sorted(out.glob("*.json"))]
     for s in seen:

@@ -211,3 +211,19 @@ def test_the_remote_dry_run_says_when_the_head_caps(monkeypatch: pytest.MonkeyPa
     assert remote.head_line(spec).startswith("not counted: the lean trainer starts no cleaner")
     assert remote.head_line(_spec("trainable.num_workers=2", "cluster.head_memory_per_trial_mb=0")).startswith(
         "not counted (cluster.head_memory_per_trial_mb=0)")
+
+
+def test_every_worker_caps_before_the_users_loop_which_never_sees_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray.train
+
+    from sweeps.execution.train import bridge, startup
+
+    calls: list[Any] = []
+    monkeypatch.setattr(ray.train, "get_context", lambda: types.SimpleNamespace(get_world_rank=lambda: 0))
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(bridge.stages, "stamp", lambda *a, **k: None)
+    monkeypatch.setattr(startup, "arm_worker", lambda *a, **k: lambda: None)
+    monkeypatch.setattr(bridge, "cap_gpu_memory", lambda pack: calls.append(("cap", pack)))
+    monkeypatch.setattr(bridge, "import_dotted", lambda path: lambda config: calls.append(("loop", dict(config))))
+    bridge.seeded_loop({PACK_KEY: 3, bridge.LOOP_CONFIG: "trainables.digits.train_loop", "lr": 0.1})
+    assert calls == [("cap", 3), ("loop", {"lr": 0.1})]
