@@ -111,6 +111,17 @@ def test_outside_a_train_worker_there_is_no_notice() -> None:
     assert preemption.notice_now() is False
 
 
+def test_without_trains_watcher_the_loops_do_not_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray.train
+
+    def barrier() -> None:
+        raise AssertionError("asked Ray although no watcher runs")
+
+    monkeypatch.setattr(ray.train, "get_preemption_info", barrier)
+    monkeypatch.setenv(preemption.WATCHER_ENV, "0")  # what sweeps sets on its embedded local Ray
+    assert preemption.notice_now() is False
+
+
 # -- the figures ---------------------------------------------------------------------------------------------
 def _row(epoch: int, **extra: float) -> dict[str, float]:
     return {"epoch": float(epoch), "training_iteration": float(epoch), "val/acc": 0.5, **extra}

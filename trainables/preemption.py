@@ -31,6 +31,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 NOTE_FILE = "preemption.json"
+WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # Train's switch (sweeps turns it off on the embedded Ray)
 PREEMPTIONS = "sweeps/preemptions"
 RESUMED_EPOCH = "sweeps/resumed_epoch"
 EPOCH = "sweeps/epoch"
@@ -39,9 +40,12 @@ EPOCH = "sweeps/epoch"
 def notice_now() -> bool:
     """Whether Ray Train says a node of this worker group is being preempted (a barrier over every rank).
 
-    False where the installed Ray has no ``ray.train.get_preemption_info`` or where Train's local mode answers
-    (one process, no watcher).
+    False where the installed Ray has no ``ray.train.get_preemption_info``, where Train's local mode answers
+    (one process, no watcher), and where Train's watcher is switched off (the embedded local Ray: no node there
+    can be preempted, and the barrier would cost a round trip per report for nothing).
     """
+    if os.environ.get(WATCHER_ENV, "1").lower() in ("0", "false"):  # Train starts no watcher: no notice can come
+        return False
     import ray.train
 
     ask = getattr(ray.train, "get_preemption_info", None)
