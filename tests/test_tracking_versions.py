@@ -3,13 +3,15 @@
 Fast tier: which releases are refused (tests/test_mlflow_versions.py refuses them through a server's ``/version``),
 and a small real HTTP server on 127.0.0.1 that answers ``/version`` as a 2.x server: no LoggedModels, said once.
 Slow tier: a real ``mlflow server`` of MLflow 2.22 from a virtualenv of its own (uv, cached like the other fresh
-venvs): the tracker keeps each trial's best checkpoint as its run's artifacts and says so once, promotion's
-registry step registers from those artifacts; and the same server behind a proxy that hides its ``/version``
-(a server that does not say): the first model's 404 degrades the tracker once.
+venvs): a real sweep (``sweeps run``, 2 one-worker trials) keeps each trial's best checkpoint as its run's artifacts
+and says so once, ``sweeps promote`` registers from those artifacts; and the same server behind a proxy that hides
+its ``/version`` (a server that does not say): the first model's 404 degrades the tracker once (the tracker fed two
+trials by hand: what it does with a 404 is the subject, not the sweep).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -26,7 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import mlflow_client
+from conftest import FAST, SweepsEnv, mlflow_client
 
 from sweeps.tracking import callback, models, versions
 from sweeps.tracking import client as tracking
@@ -190,29 +192,45 @@ def _check_artifacts(c: Any, exp: str, said: list[str], artifacts: Path) -> None
     assert len([m for m in said if "LoggedModels" in m]) == 1, said
 
 
-@pytest.mark.slow
-def test_a_real_mlflow_2_server_gets_run_artifacts_said_once_and_a_registered_version(
-        older_server: tuple[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from sweeps.registry import registry
+@pytest.fixture(scope="module")
+def older_sweep(older_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[SweepsEnv, dict, str]]:
+    """A real sweep (``sweeps run``: 2 trials of the quickstart, 1 worker each, trained in their trial's own
+    process) logged to the MLflow 2 server: (its env, its index record, what the driver printed)."""
+    env = SweepsEnv(tmp_path_factory.mktemp("older-sweep"))
+    try:
+        proc = env.run("run", "+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1",
+                       "trainable.in_process=true", "sweep.num_samples=2", "report.enabled=false", *FAST,
+                       "trainable.params.epochs=2", f"tracking.uri={older_server[0]}", timeout=600, check=True)
+        (index,) = (env.home / "sweeps").glob("[!.]*.json")
+        yield env, json.loads(index.read_text()), proc.stdout + proc.stderr
+    finally:
+        env.cleanup()
 
+
+@pytest.mark.slow
+def test_a_real_sweep_on_a_mlflow_2_server_keeps_run_artifacts_says_so_once_and_promotes(
+        older_server: tuple[str, Path], older_sweep: tuple[SweepsEnv, dict, str]) -> None:
+    """The sweep's driver says once that the server holds no LoggedModels; each trial's best checkpoint is its
+    run's artifacts; ``sweeps promote`` registers a version from the best trial's run artifacts."""
     url, artifacts = older_server
-    tracking.probe(url)  # written to: no refusal
-    with caplog.at_level(logging.WARNING):
-        c, exp, _ = _sweep_of_two(tmp_path, url)
-    _check_artifacts(c, exp, [r.getMessage() for r in caplog.records], artifacts)
-    assert "runs MLflow 2.22" in next(r.getMessage() for r in caplog.records if "LoggedModels" in r.getMessage())
-    (run,) = c.search_runs([exp], "tags.`sweeps.trial_id` = 'a'")
-    saved = tmp_path / "package"
-    saved.mkdir()
-    (saved / "MLmodel").write_text("flavors: {}\n")
-    rec = SimpleNamespace(tracking_uri=url, mlflow_experiment_id=exp, sweep_id="s")
-    version, uri = registry.register(rec, run.info.run_id, {}, "older-digits", {"trial_id": "a", "sweep_id": "s"},
-                                     saved)
-    assert (version, uri) == ("1", f"runs:/{run.info.run_id}/model")
-    c.set_registered_model_alias("older-digits", "champion", version)  # promotion's alias: 2.3+ has it
+    env, rec, printed = older_sweep
+    said = [line for line in printed.splitlines() if "LoggedModels" in line]
+    assert len(said) == 1 and "runs MLflow 2.22" in said[0], said
+    c = mlflow_client(url)
+    runs = c.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}, [r.info.status for r in runs]
+    for r in runs:
+        assert "model.pt" in _files(artifacts, r, "checkpoint"), _files(artifacts, r, "")
+        assert [a.path for a in c.list_artifacts(r.info.run_id)] == ["checkpoint"]
+        assert "best_model" not in r.data.tags and "sweeps.model_error" not in r.data.tags, r.data.tags
+    proc = env.run("promote", "latest", "--model-name", "older-digits", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    best = max(runs, key=lambda r: max(m.value for m in c.get_metric_history(r.info.run_id, "val/acc")))
     mv = mlflow_client(url).get_model_version_by_alias("older-digits", "champion")
-    assert mv.run_id == run.info.run_id and mv.source.endswith("/model") and mv.tags["trial_id"] == "a"
-    assert _files(artifacts, run, "model") == ["MLmodel"]
+    assert (mv.version, mv.run_id) == ("1", best.info.run_id), (mv.version, mv.run_id, best.info.run_id)
+    assert mv.source.startswith(f"runs:/{best.info.run_id}/") or best.info.run_id in mv.source, mv.source
+    assert "MLmodel" in _files(artifacts, best, mv.source.rsplit("/", 1)[-1]), mv.source
 
 
 @pytest.mark.slow
