@@ -208,7 +208,7 @@ def test_the_remote_dry_run_says_when_the_head_caps(monkeypatch: pytest.MonkeyPa
     assert remote.starts_cleaner(spec)  # Train's own trainer, whatever the job's environment
     assert remote.head_line(spec).startswith("concurrency capped at the head's memory / 600 MB per trial")
     monkeypatch.setattr(remote, "_lean", lambda: True)
-    assert remote.head_line(spec).startswith("not counted: the lean trainer starts no cleaner")
+    assert remote.head_line(spec).startswith("not counted: the lean trainer starts no placement-group cleaner")
     assert remote.head_line(_spec("trainable.num_workers=2", "cluster.head_memory_per_trial_mb=0")).startswith(
         "not counted (cluster.head_memory_per_trial_mb=0)")
 

@@ -215,7 +215,8 @@ def head_line(spec: SweepSpec) -> str:
     cap = (f"concurrency capped at the head's memory / {mb:g} MB per trial (Train's per-run placement-group "
            "cleaner runs on the head; cluster.head_memory_per_trial_mb)")
     if _lean():
-        return f"not counted: the lean trainer starts no cleaner (where Train's own trainer runs instead: {cap})"
+        return (f"not counted: the lean trainer starts no placement-group cleaner (on Train's own trainer: at most "
+                f"the head's memory / {mb:g} MB per trial)")
     return cap
 
 
