@@ -143,6 +143,7 @@ def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_
             epochs = 2 if rows[-1]["config"]["lr"] == LRS[0] else 1
             assert [r["epoch"] for r in rows] == list(range(epochs)), (trial, rows)
             assert len(list(trial.glob("checkpoint_*"))) == epochs, trial
+            assert not list(trial.glob("events.out.tfevents*")), "Tune's own TensorBoard logger is off (driver memory)"
             first_row = rows[0]
             stages = [v for k, v in first_row.items() if k.startswith("startup/") and k.endswith("_s")
                       and k != "startup/total_s"]

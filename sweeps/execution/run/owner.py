@@ -23,6 +23,7 @@ from sweeps.config.spec import SweepSpec
 from sweeps.execution.resources.plan import Plan
 from sweeps.execution.run import callbacks, control, livestatus, recovery, schedstate, session
 from sweeps.execution.run.session import Outcome
+from sweeps.execution.tuning import tune_logs
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class Run:
     def fit(self) -> Outcome:
         """Tune's loop, until every trial ended or a stop was asked (then its state is saved first): what the
         run saw."""
-        with control.fitting(self.name):
+        with control.fitting(self.name), tune_logs.without_tensorboard():
             self.tuner.fit()
         return self.outcome()
 
