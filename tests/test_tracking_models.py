@@ -132,8 +132,8 @@ def test_of_sweep_reads_every_page_and_leaves_other_kinds_and_sweeps_out(tmp_pat
 # -- the tracker ----------------------------------------------------------------------------------------------
 def _tracker(uri: str, exp: str, parent: str, **kw: Any) -> callback._Tracker:
     return callback._Tracker(uri=uri, experiment_id=exp, parent_run_id=parent, sweep_id=SWEEP, metric="val/acc",
-                             mode="max", fixed_params={"epochs": 4}, epochs=4, storage_path=str(kw.pop("root", "")),
-                             dataset=("digits", "d1"), **kw)
+                             mode=kw.pop("mode", "max"), fixed_params={"epochs": 4}, epochs=4,
+                             storage_path=str(kw.pop("root", "")), dataset=("digits", "d1"), **kw)
 
 
 def _trial(root: Path, tid: str, lr: float = 0.1) -> SimpleNamespace:
@@ -429,3 +429,34 @@ def test_the_checkpoint_keepers_book_holds_what_tunes_retention_may_keep_and_for
     assert len(latest.book) == 2
     latest.on_trial_complete(5, [trial], trial)
     assert len(latest.book) == 0
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_only_trials_among_the_best_n_when_they_end_get_a_model(tmp_path: Path, mode: str) -> None:
+    """``tracking.max_models``: thousands of trials do not write thousands of models. A trial gets one while it is
+    among the best N that got one; the others' runs say why and still name their best checkpoint."""
+    uri, c, exp, parent = _store(tmp_path)
+    t = _tracker(uri, exp, parent, root=tmp_path, max_models=2, mode=mode)
+    values = {"a": 0.9, "b": 0.8, "c": 0.1, "d": 0.85} if mode == "max" else {"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.15}
+    for tid, acc in values.items():
+        trial = _trial(tmp_path, tid)
+        t.on_trial_start(0, [trial], trial)
+        _report(t, trial, acc, 4)
+        t.on_trial_complete(5, [trial], trial)
+        assert t.uploads.wait(60), "the model uploads (off Tune's loop) end"
+    assert {m.tags[models.TAG_TRIAL] for m in c.search_logged_models([exp])} == {"a", "b", "d"}
+    skipped = _run(c, exp, "c")
+    assert "best 2" in skipped.data.tags["sweeps.model_skipped"] and skipped.data.tags["best_checkpoint"]
+    assert skipped.info.status == "FINISHED" and "best_model" not in skipped.data.tags
+    assert "sweeps.model_skipped" not in _run(c, exp, "d").data.tags
+
+
+def test_max_models_is_read_from_the_config_and_a_negative_one_refused(sweeps_env: Any) -> None:
+    from sweeps.errors import BadInput
+    from sweeps.ops.prepare import prepare
+
+    assert prepare(["+experiment=quickstart"]).tracking.max_models == 100
+    assert prepare(["+experiment=quickstart", "tracking.max_models=0"]).tracking.max_models == 0
+    with pytest.raises(BadInput) as exc:
+        prepare(["+experiment=quickstart", "tracking.max_models=-1"])
+    assert "tracking.max_models: must be >= 0" in str(exc.value) and "-1" in str(exc.value)

@@ -121,6 +121,7 @@ class TrackingCfg:
     experiment: str
     log_checkpoints: bool
     flush_interval_s: float
+    max_models: int = 100  # a LoggedModel for each trial among the sweep's best N when it ended (0: every trial)
 
 
 @dataclass(frozen=True)

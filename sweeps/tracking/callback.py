@@ -57,7 +57,7 @@ class _Tracker(Endings):
                  mode: str, fixed_params: Mapping[str, Any], flush_interval_s: float = 2.0,
                  log_checkpoints: bool = True, epochs: int | None = None, secrets: Iterable[str] = (),
                  confirm: bool = False, storage_path: str = "",
-                 dataset: tuple[str, str] | None = None) -> None:
+                 dataset: tuple[str, str] | None = None, max_models: int = 0) -> None:
         self.secrets = set(secrets) | redaction.known()
         self.uri = redaction.public_uri(uri)  # the password (if any) stays in this process's memory only
         self.experiment_id = experiment_id
@@ -68,6 +68,8 @@ class _Tracker(Endings):
         self.fixed_params = redaction.redact(dict(fixed_params), self.secrets)  # never held in plaintext
         self.flush_interval_s = flush_interval_s
         self.log_checkpoints = log_checkpoints
+        self.max_models = max_models  # 0: every trial with a checkpoint gets a model; N: those among the best N
+        self.modelled: list[float] = []  # a heap of the best N values whose trials got a model (the worst on top)
         self.epochs = epochs
         self.confirm = confirm  # these trials re-run a configuration with a fresh seed (`sweeps confirm`)
         self.timer = CallTimer()

@@ -8,6 +8,7 @@ forgets the trial (:meth:`Endings.forget`)."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import tempfile
@@ -50,6 +51,10 @@ class Endings:
     attempted: set[str]
     params_due: dict[str, list[Any]]
     created: set[str]
+    max_models: int
+    modelled: list[float]
+    metric: str
+    mode: str
 
     def flush(self, force: bool = False) -> bool:
         raise NotImplementedError
@@ -92,6 +97,10 @@ class Endings:
             if best.donor:
                 tags["sweeps.donor"] = best.donor  # PBT: the trial the scoring checkpoint descends from
         tags.update(self.noted.pop(trial.trial_id, {}))
+        if best is not None and self.log_checkpoints and not self._earns_model(best):
+            tags["sweeps.model_skipped"] = (f"not among the sweep's best {self.max_models} when it ended "
+                                            f"(tracking.max_models); `python -m sweeps sync` keeps it")
+            best = None
         self.finals[trial.trial_id] = (trial, status, tags, error, best)
         self.flush(force=True)
 
@@ -116,6 +125,25 @@ class Endings:
                 log.warning("MLflow: could not finalize the run of %s yet (%s); will retry", trial, exc)
                 return False
         return True
+
+    def _earns_model(self, best: Kept) -> bool:
+        """Whether the trial's best checkpoint becomes a model: always with ``max_models`` 0, else when its value is
+        among the best ``max_models`` of the trials that got one so far (a trial the report ranks among the best N
+        at the end was among them when it ended, so the best, and every trial ``promote --rank`` may name up to N,
+        have their model; a sweep of thousands of trials does not write thousands of models)."""
+        if not self.max_models:
+            return True
+        value = best.result.get(self.metric)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+            return len(self.modelled) < self.max_models  # no figure to rank by: while there is room
+        key = float(value) if self.mode == "max" else -float(value)
+        if len(self.modelled) < self.max_models:
+            heapq.heappush(self.modelled, key)
+            return True
+        if key > self.modelled[0]:
+            heapq.heapreplace(self.modelled, key)
+            return True
+        return False
 
     def _end_run(self, run_id: str, status: str, tags: dict[str, str]) -> None:
         set_tags(self.client, run_id, tags)

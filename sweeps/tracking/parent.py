@@ -155,6 +155,7 @@ def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> An
         uri=spec.tracking.uri, experiment_id=rec.mlflow_experiment_id, parent_run_id=rec.parent_run_id,
         sweep_id=rec.sweep_id, metric=spec.sweep.metric, mode=spec.sweep.mode,
         fixed_params=spec.trainable.params, flush_interval_s=spec.tracking.flush_interval_s,
-        log_checkpoints=spec.tracking.log_checkpoints, epochs=spec.trainable.epochs,
+        log_checkpoints=spec.tracking.log_checkpoints, max_models=spec.tracking.max_models,
+        epochs=spec.trainable.epochs,
         secrets=secrets, confirm=confirm, storage_path=spec.storage_path, dataset=spec.trainable.dataset,
     )

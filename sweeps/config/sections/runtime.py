@@ -23,8 +23,13 @@ def tracking(r: Reader, default_uri: str, sweep_name: Any) -> TrackingCfg:
         r.errors.append(f"tracking.uri: {uri!r} has no supported scheme; use sqlite:///path/mlflow.db, "
                         f"http://HOST:PORT (an MLflow server), or a database URI")
     experiment = r.get("tracking", "experiment", "str", default=None) or sweep_name
+    max_models = r.get("tracking", "max_models", "int", default=100)
+    if isinstance(max_models, int) and max_models < 0:
+        r.errors.append(f"tracking.max_models: must be >= 0 (the best N trials keep a model; 0: every trial), got "
+                        f"{max_models}")
+        max_models = 100
     return TrackingCfg(uri, experiment, bool(r.get("tracking", "log_checkpoints", "bool", default=True)),
-                       float(r.get("tracking", "flush_interval_s", "num", default=2.0)))
+                       float(r.get("tracking", "flush_interval_s", "num", default=2.0)), int(max_models or 0))
 
 
 def cluster(r: Reader) -> ClusterCfg:
