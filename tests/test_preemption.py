@@ -94,6 +94,17 @@ def test_a_notice_checkpoints_an_epoch_off_schedule_with_the_note(monkeypatch: p
     assert watch.metrics(3) == {preemption.EPOCH: 3}
 
 
+def test_a_checkpoint_of_a_trial_never_preempted_holds_the_loops_files_only(tmp_path: Path) -> None:
+    """No notice, no preemption counted: the checkpoint is the loop's own (a promoted champion's folder is what
+    its loop wrote, nothing of ours), and a start from it counts from 0 as from a note of 0."""
+    quiet = preemption.Watch("t1")
+    quiet.write(str(tmp_path), 3)
+    assert list(tmp_path.iterdir()) == []
+    assert preemption.Watch.start(str(tmp_path), "t1") == preemption.Watch("t1")
+    preemption.Watch("t1", preemptions=1).write(str(tmp_path), 4)  # preempted before: the count is kept
+    assert preemption.read_note(str(tmp_path))["preemptions"] == 1
+
+
 def test_a_start_from_a_noticed_checkpoint_of_the_same_trial_counts_one_preemption(tmp_path: Path) -> None:
     before = preemption.Watch("t1", preemptions=1, notice=True)
     before.write(str(tmp_path), 7)

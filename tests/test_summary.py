@@ -307,16 +307,20 @@ def test_importances_are_kept_for_the_next_report_over_the_same_trials(tmp_path:
     other trials (or other values) compute them afresh."""
     space = {"lr": {"dist": "loguniform", "low": 1e-4, "high": 1e-1},
              "width": {"dist": "choice", "values": [16, 32, 64]}}
-    first = importance.cached_importances(_two_params(), space, tmp_path)
-    assert first[1] is None and first[0]["lr"] > 0.8 and (tmp_path / importance.CACHE).is_file()
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path))
+    kept = importance.cache_path("s1")
+    assert kept.is_relative_to(tmp_path / "sweeps") and kept.parent.name.startswith("."), \
+        "under the sweep index, in a folder no listing of records reads"
+    first = importance.cached_importances(_two_params(), space, kept)
+    assert first[1] is None and first[0]["lr"] > 0.8 and kept.is_file()
     fits: list[int] = []
     real = importance.param_importances
     monkeypatch.setattr(importance, "param_importances", lambda *a, **k: (fits.append(1), real(*a, **k))[1])
-    assert importance.cached_importances(_two_params(), space, tmp_path) == first
+    assert importance.cached_importances(_two_params(), space, kept) == first
     assert fits == []
-    importance.cached_importances(_two_params(shift=0.01), space, tmp_path)
+    importance.cached_importances(_two_params(shift=0.01), space, kept)
     assert fits == [1], "other best values: fitted again"
-    importance.cached_importances(_two_params(n=23), space, tmp_path)
+    importance.cached_importances(_two_params(n=23), space, kept)
     assert fits == [1, 1], "another set of trials: fitted again"
 
 

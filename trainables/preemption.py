@@ -10,8 +10,9 @@ checkpoint, charged to ``max_preemption_failures``, not ``max_failures``.
 
 :class:`Watch` asks once per report point (every rank: the bundled loops ask at each epoch's report, the
 script adapter at each of its report points). From the first notice on, every report carries a checkpoint, so
-a restart loses at most the epoch in flight. Each checkpoint holds a small note (:data:`NOTE_FILE`): the
-trial's count so far and whether it was saved under a notice. A start from a noted checkpoint of the same
+a restart loses at most the epoch in flight. A checkpoint saved under a notice, or by a trial preempted before,
+holds a small note (:data:`NOTE_FILE`): the trial's count so far and whether it was saved under a notice; any
+other checkpoint holds the loop's own files only (no note: no preemption, nothing to count). A start from a noted checkpoint of the same
 trial is a preemption restart: the count goes up by one, and its first report says from which epoch it
 resumed. A Ray without ``get_preemption_info`` (before 2.60) gives no notice: nothing is counted there.
 
@@ -119,7 +120,11 @@ class Watch:
         return self.notice
 
     def write(self, folder: str, epoch: int) -> None:
-        """Put the note into a checkpoint folder (rank 0, with the loop's own files)."""
+        """Put the note into a checkpoint folder (rank 0, with the loop's own files), once there is something to
+        note: a notice in force or a preemption counted. A trial never preempted keeps its checkpoints as its loop
+        wrote them (a start from a checkpoint without a note counts from 0, as it would from this note)."""
+        if not (self.notice or self.preemptions):
+            return
         note = {"trial": self.trial_id, "preemptions": self.preemptions, "notice": self.notice, "epoch": int(epoch)}
         with open(os.path.join(folder, NOTE_FILE), "w") as f:
             json.dump(note, f)

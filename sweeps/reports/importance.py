@@ -14,7 +14,8 @@ from sweeps.reports.summary import Summary, _finite
 
 log = logging.getLogger(__name__)
 MIN_IMPORTANCE_TRIALS = 3
-CACHE = ".importance.json"  # in the report's folder: the last figures and the trials they were computed over
+CACHE_DIR = ".importance"  # under the sweep index (SWEEPS_HOME/sweeps): per sweep, the last figures and the trials
+# they were computed over; never in a report's folder (that holds what the user asked for, nothing else)
 
 
 MAX_IMPORTANCE_TRIALS = (
@@ -95,9 +96,16 @@ def param_importances(
     return {k: float(v) for k, v in result.items()}, None
 
 
-def cached_importances(summ: Summary, space: Mapping[str, Any], folder: Path,
+def cache_path(sweep_id: str) -> Path:
+    """Where a sweep's importances are kept between reports: under the sweep index, by sweep id."""
+    from sweeps import paths
+
+    return paths.index_dir() / CACHE_DIR / f"{sweep_id}.json"
+
+
+def cached_importances(summ: Summary, space: Mapping[str, Any], path: Path,
                        seed: int = 0) -> tuple[dict[str, float], str | None]:
-    """:func:`param_importances`, kept in ``folder`` (the report's) with a digest of what they were computed
+    """:func:`param_importances`, kept in ``path`` (:func:`cache_path`) with a digest of what they were computed
     over (the ranked trials' parameters and best values, the metric, the space, the seed): a report written again
     over the same trials reads them back instead of fitting fANOVA's forest again (tens of seconds over thousands
     of trials)."""
@@ -105,7 +113,6 @@ def cached_importances(summ: Summary, space: Mapping[str, Any], folder: Path,
     basis = json.dumps([summ.metric, summ.mode, seed, repr(sorted(space.items())),
                         [(t, repr(sorted(by_id[t].params.items())), repr(by_id[t].best)) for t in summ.ranked]])
     digest = hashlib.sha256(basis.encode()).hexdigest()
-    path = folder / CACHE
     try:
         kept = json.loads(path.read_text())
         if kept.get("digest") == digest:
@@ -114,7 +121,7 @@ def cached_importances(summ: Summary, space: Mapping[str, Any], folder: Path,
         pass  # none yet, or unreadable: computed afresh
     imp, why = param_importances(summ, space, seed)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"digest": digest, "importances": imp, "why": why}))
     except OSError as exc:
         log.debug("could not keep the importances in %s (%s)", path, exc)

@@ -10,7 +10,7 @@ from typing import Any
 from sweeps.config import stored
 from sweeps.reports import summary as summary_mod
 from sweeps.reports.formats import FORMATS, csv_text, html, markdown
-from sweeps.reports.importance import cached_importances, param_importances
+from sweeps.reports.importance import cache_path, cached_importances
 from sweeps.reports.outline import Analysis
 from sweeps.reports.summary import Summary
 from sweeps.store import SweepRecord
@@ -83,14 +83,13 @@ def _confirmed_plot(rec: SweepRecord, summ: Summary, out_dir: Path) -> Path | No
 
 
 def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None,
-            model_ids: Mapping[str, str] | None = None, out_dir: Path | None = None) -> Analysis:
-    """Hyperparameter importances (Optuna; kept in ``out_dir`` for the next report over the same trials), or the
-    reason there are none; the confirmed configurations; each trial's MLflow model (``model_ids``), named where
+            model_ids: Mapping[str, str] | None = None) -> Analysis:
+    """Hyperparameter importances (Optuna; kept under the sweep index for the next report over the same trials), or
+    the reason there are none; the confirmed configurations; each trial's MLflow model (``model_ids``), named where
     the ranking is shown."""
     try:
         space = stored.of(rec).space
-        imp, why = (cached_importances(summ, space, out_dir) if out_dir is not None
-                    else param_importances(summ, space))
+        imp, why = cached_importances(summ, space, cache_path(rec.sweep_id))
     except Exception as exc:  # an analysis failure must not cost the report
         log.warning("importance failed: %s", exc)
         imp, why = {}, f"failed ({exc})"
@@ -140,7 +139,7 @@ def write(
         written.append(p)
     if "md" not in formats and "html" not in formats:
         return written
-    analysis = analyze(rec, summ, records, model_ids, out_dir)
+    analysis = analyze(rec, summ, records, model_ids)
     plots: list[Path] = []
     if "html" in formats:
         from sweeps.reports import plots as plots_mod
