@@ -12,9 +12,10 @@ checkpoint, charged to ``max_preemption_failures``, not ``max_failures``.
 script adapter at each of its report points). From the first notice on, every report carries a checkpoint, so
 a restart loses at most the epoch in flight. A checkpoint saved under a notice, or by a trial preempted before,
 holds a small note (:data:`NOTE_FILE`): the trial's count so far and whether it was saved under a notice; any
-other checkpoint holds the loop's own files only (no note: no preemption, nothing to count). A start from a noted checkpoint of the same
-trial is a preemption restart: the count goes up by one, and its first report says from which epoch it
-resumed. A Ray without ``get_preemption_info`` (before 2.60) gives no notice: nothing is counted there.
+other checkpoint holds the loop's own files only (no note: no preemption, nothing to count). A start from a
+noted checkpoint of the same trial is a preemption restart: the count goes up by one, and its first report says
+from which epoch it resumed. A Ray without ``get_preemption_info`` (before 2.60) gives no notice: nothing is
+counted there.
 
 The figures reach Tune's results (and so MLflow and the report) as metrics, only once there is something to
 say: ``sweeps/preemptions`` (the count), ``sweeps/resumed_epoch`` (first report after a preemption restart),
