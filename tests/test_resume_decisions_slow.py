@@ -140,7 +140,10 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
         oracle = _asha()
         straight_epochs(oracle, LRS, EPOCHS)  # ASHA's rungs as the first six trials left them
         expected = [straight_epochs(oracle, [lr], EPOCHS)[lr] for lr in added]  # then each added trial, in order
-        assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected)
+        carried = [ln for ln in said.splitlines() if "scheduler" in ln.lower()]
+        assert any("the scheduler AsyncHyperBandScheduler continues from its state" in ln for ln in carried), carried
+        assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected, carried, sorted(
+            p.name for p in Path(rec["experiment_dirs"][0]).glob("callback-states-*")))
         c = rec["counts"]
         assert c["total"] == 8 and f"8 done ({c['early_stopped']} stopped early)" in _final_counts_line(said), \
             ("the extension's status line counts every trial of the sweep", _final_counts_line(said), c)

@@ -143,6 +143,33 @@ def test_extend_reads_the_newest_saved_scheduler_state_of_any_experiment_or_the_
     assert schedstate.saved_state([str(first), str(second)])["data"] == b"y"
 
 
+def test_extend_takes_the_last_saved_state_whichever_file_holds_it(tmp_path: Path) -> None:
+    """A run whose last checkpoint came after its scheduler was gone still saves the state it last had, and the
+    extension reads the state saved last, not the first file by name: a resumed run's file holding none must not
+    hand the added trials the rungs of a run stopped early (seen in CI: an added trial cut at rung 1)."""
+    import ray.cloudpickle as cloudpickle
+    from ray.tune.schedulers import ASHAScheduler
+
+    inner = ASHAScheduler(time_attr="training_iteration", max_t=6)
+    _feed(inner, [_trial(f"t{i}", 0.01) for i in range(3)])
+    saver = schedstate.callback("s-gone", str(tmp_path))
+    saver._inner = lambda: inner
+    saved = saver.get_state()
+    saver._inner = lambda: None  # the run's session ended before Tune's last checkpoint
+    assert saver.get_state() is saved, "the state it last had, not none"
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "experiment_state-2026-01-01_10-00-00.json").write_text("{}")
+    early = {**saved, "saved_at": 100.0, "data": b"early"}
+    late = {**saved, "saved_at": 200.0, "data": b"late"}
+    (exp / "callback-states-2026-01-01_10-00-00.pkl").write_bytes(cloudpickle.dumps({8: late}))
+    (exp / "callback-states-2026-01-01_11-00-00.pkl").write_bytes(cloudpickle.dumps({8: early}))
+    assert schedstate.saved_state([str(exp)])["data"] == b"late"
+    (exp / "callback-states-2026-01-01_12-00-00.pkl").write_bytes(cloudpickle.dumps({8: None}))
+    assert schedstate.saved_state([str(exp)])["data"] == b"late"
+
+
 def _experiment(tmp_path: Path) -> Path:
     exp = tmp_path / "exp"
     exp.mkdir()

@@ -142,6 +142,7 @@ def callback(name: str, experiment_dir: str) -> Any:
             self.checked = False
             self.kept_at = 0.0
             self.lost: str | None = None  # why the last snapshot holds no state (said once, when it changes)
+            self.last: dict[str, Any] | None = None  # the last snapshot: a checkpoint after the scheduler is gone
 
         def _inner(self) -> Any:
             wrapper = session.session(name).scheduler
@@ -153,9 +154,9 @@ def callback(name: str, experiment_dir: str) -> Any:
             ``EVERY_S``."""
             self.kept_at = _keep_copy(experiment_dir, self.kept_at)
             inner = self._inner()
-            if inner is None:
-                return None
-            state = snapshot(inner)
+            if inner is None:  # the run's session already ended: the state it last had, never none at all
+                return self.last
+            state = self.last = snapshot(inner)
             if state.get(LOST) != self.lost:
                 self.lost = state.get(LOST)
                 if self.lost:
@@ -206,8 +207,9 @@ def _population(inner: Any) -> str:
 
 
 def saved_state(experiment_dirs: list[str]) -> dict[str, Any] | None:
-    """The scheduler state the newest of ``experiment_dirs`` that holds one saved (``extend``): its newest
-    readable callback-state file, else the one kept with its last good state set; None when none has one."""
+    """The scheduler state the newest of ``experiment_dirs`` that holds one saved (``extend``): the last saved
+    (``saved_at``) of its readable callback-state files and the one kept with its last good state set; None when
+    none has one."""
     for experiment_dir in reversed(experiment_dirs):
         found = _saved_in(experiment_dir)
         if found is not None:
@@ -227,13 +229,17 @@ def _saved_in(experiment_dir: str) -> dict[str, Any] | None:
     kept = recovery.kept_set(experiment_dir)
     blobs += [(n, lambda d=d: d) for n, d in (kept.files.items() if kept else ()) if
               n.startswith(tune_files.CALLBACK_PREFIX)]
+    found: list[tuple[float, str, dict[str, Any]]] = []
     for file_name, read in blobs:
         try:
             states = cloudpickle.loads(read())
         except Exception as exc:  # a damaged file: an older one, or the kept one, may do
             log.warning("could not read %s of %s (%s)", file_name, experiment_dir, exc)
             continue
-        for state in tune_files.callback_states_of(states):
-            if state.get(MARK):
-                return state
-    return None
+        found += [(float(state.get("saved_at", 0.0)), file_name, state)
+                  for state in tune_files.callback_states_of(states) if state.get(MARK)]
+    if not found:
+        return None
+    saved_at, file_name, state = max(found, key=lambda f: f[0])  # the last saved, whichever run's file holds it
+    log.debug("the scheduler state of %s saved at %s (%s)", experiment_dir, saved_at, file_name)
+    return state
