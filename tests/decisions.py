@@ -12,10 +12,16 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from conftest import SweepsEnv, wait_for
 
 LRS = [0.05, 0.04, 0.03, 0.02, 0.01, 0.005]
 _ids = itertools.count()  # trial ids unique across calls: an oracle fed twice keeps both trials apart
@@ -148,3 +154,46 @@ def overlapping(experiment_dirs: list[str]) -> int:
                 if ts:
                     spans.append((min(ts), max(ts)))
     return max((sum(1 for a, b in spans if a <= t <= b) for t, _ in spans), default=0)
+
+
+class Project:
+    """The test's project folder (its own conf and trainable) and the sweeps CLI run from it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.env = SweepsEnv(tmp_path)
+        self.root = tmp_path / "proj"
+        self.conf = project(self.root)
+        self.env.env["SWEEPS_CONF_DIR"] = str(self.conf)
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return self.env.run(*args, cwd=self.root, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=self.root, env=self.env.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def record(self) -> dict | None:
+        found = list((self.env.home / "sweeps").glob("[!.]*.json")) if (self.env.home / "sweeps").is_dir() else []
+        return json.loads(found[0].read_text()) if len(found) == 1 else None
+
+    def ended(self) -> int:
+        """Trials that ended, by the sweep's event log."""
+        rec = self.record()
+        log = self.env.home / "logs" / f"{rec['sweep_id']}.log" if rec else None
+        if log is None or not log.is_file():
+            return 0
+        return sum('"status": "TERMINATED"' in line for line in log.read_text().splitlines())
+
+
+def stop_after(p: Project, proc: subprocess.Popen[str], trials: int, sig: int) -> str:
+    """Once ``trials`` trials ended (the sweep's event log), ``sig`` to the driver (SIGKILL: its whole process
+    group); what it printed."""
+    wait_for(lambda: p.ended() >= trials or proc.poll() is not None, 300, 0.5, f"{trials} trials to end")
+    assert proc.poll() is None, "the sweep ended before it could be stopped"
+    if sig == signal.SIGKILL:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=180)
+    p.env.kill_ray()
+    return out

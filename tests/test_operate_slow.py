@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import mlflow_client, wait_for
-from test_resume_decisions_slow import Project
+from decisions import Project
 
 pytestmark = pytest.mark.slow
 # The stall watchdog is armed above the longest quiet a running trial shows (its start-up to the first report: up to

@@ -14,7 +14,6 @@ through the lever in tests/test_schedstate.py. Slow tier.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,52 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client, trial_dirs, wait_for
-from decisions import LRS, epochs_by_lr, overlapping, project, straight_epochs
+from conftest import mlflow_client, trial_dirs, wait_for
+from decisions import LRS, Project, epochs_by_lr, overlapping, stop_after, straight_epochs
 
 pytestmark = pytest.mark.slow
 EPOCHS = 6
-
-
-class Project:
-    """The test's project folder (its own conf and trainable) and the sweeps CLI run from it."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.env = SweepsEnv(tmp_path)
-        self.root = tmp_path / "proj"
-        self.conf = project(self.root)
-        self.env.env["SWEEPS_CONF_DIR"] = str(self.conf)
-
-    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return self.env.run(*args, cwd=self.root, timeout=timeout)
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=self.root, env=self.env.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-    def record(self) -> dict | None:
-        found = list((self.env.home / "sweeps").glob("[!.]*.json")) if (self.env.home / "sweeps").is_dir() else []
-        return json.loads(found[0].read_text()) if len(found) == 1 else None
-
-    def ended(self) -> int:
-        """Trials that ended, by the sweep's event log."""
-        rec = self.record()
-        log = self.env.home / "logs" / f"{rec['sweep_id']}.log" if rec else None
-        if log is None or not log.is_file():
-            return 0
-        return sum('"status": "TERMINATED"' in line for line in log.read_text().splitlines())
-
-
-def _stop_after(p: Project, proc: subprocess.Popen[str], trials: int, sig: int) -> str:
-    wait_for(lambda: p.ended() >= trials or proc.poll() is not None, 300, 0.5, f"{trials} trials to end")
-    assert proc.poll() is None, "the sweep ended before it could be stopped"
-    if sig == signal.SIGKILL:
-        os.killpg(proc.pid, signal.SIGKILL)
-    else:
-        proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=180)
-    p.env.kill_ray()
-    return out
 
 
 def _asha() -> object:
@@ -105,7 +63,7 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
     extension stopped before Tune started leaves the sweep as it was."""
     p = Project(tmp_path)
     try:
-        out = _stop_after(p, p.start("run", *ASHA), 2, signal.SIGTERM)
+        out = stop_after(p, p.start("run", *ASHA), 2, signal.SIGTERM)
         rec = p.record()
         assert rec and rec["status"] == "interrupted", out[-3000:]
         exp = Path(rec["experiment_dirs"][0])
@@ -113,7 +71,7 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
         assert best_before["params"]["lr"] == 0.05, best_before
         for damaged in (exp / "tuner.pkl", sorted(exp.glob("callback-states-*.pkl"))[-1]):
             damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
-        said = first = _stop_after(p, p.start("resume", "latest"), 4, signal.SIGKILL)
+        said = first = stop_after(p, p.start("resume", "latest"), 4, signal.SIGKILL)
         assert "tuner.pkl was damaged: put back" in said, said[-3000:]
         assert "was damaged: put back from the copy kept with the experiment state it belongs to (nothing is lost)" \
             in said, said[-3000:]
@@ -257,7 +215,7 @@ def test_the_median_rule_resumed_after_sigterm_decides_as_the_straight_run(tmp_p
     p = Project(tmp_path)
     try:
         args = ["+experiment=detloop", "scheduler=median", "scheduler.grace_period=1"]
-        _stop_after(p, p.start("run", *args), 3, signal.SIGTERM)
+        stop_after(p, p.start("run", *args), 3, signal.SIGTERM)
         resumed = p.run("resume", "latest")
         said = resumed.stdout + resumed.stderr
         assert resumed.returncode == 0, said[-4000:]
@@ -286,7 +244,7 @@ def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop_and
             "checkpoint.num_to_keep=10", "scheduler.perturbation_interval=3",
             "scheduler.hyperparam_mutations={lr: {dist: choice, values: [0.05, 0.02, 0.005]}}"]
     try:
-        _stop_after(p, p.start("run", *args), 1, signal.SIGTERM)
+        stop_after(p, p.start("run", *args), 1, signal.SIGTERM)
         exp = p.record()["experiment_dirs"][0]
         (newest,) = sorted(Path(exp).glob("callback-states-*.pkl"))[-1:]
         (saved,) = [s for s in cloudpickle.loads(newest.read_bytes()).values() if s and s.get("how") == "lever"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import mlflow_client, wait_for
-from test_resume_decisions_slow import Project
+from decisions import Project
 
 pytestmark = pytest.mark.slow
 

@@ -142,3 +142,40 @@ def test_sweep_experiments_open_on_the_runs_table_and_a_users_kind_is_kept(tmp_p
     c.create_run(genai, tags={tracking.RUN_TAG_KIND: "sweep"})
     tracking.get_or_create_experiment(c, "genai", uri)
     assert kind(genai) == "genai_development", "a kind someone set is never overwritten"
+
+
+def test_the_sweeps_tracker_writes_off_tunes_loop_from_a_snapshot_and_settles_before_the_end(tmp_path: Path) -> None:
+    """The tracker Tune is given (``make_callback``): its hooks queue the writes for one writer thread, with the
+    trial as it was then (Tune changes its object later), so no MLflow call is counted as holding Tune's loop;
+    the end of the sweep waits for the queue, then every run is final with everything it was sent."""
+    import threading
+
+    from sweeps.tracking import writer
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = tracking.client(uri)
+    exp = tracking.get_or_create_experiment(c, "queued", uri)
+    parent = c.create_run(exp, run_name="queued", tags={tracking.RUN_TAG_SWEEP: "q", tracking.RUN_TAG_KIND: "sweep"})
+    t = callback.make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="q",
+                               metric="val/acc", mode="max", fixed_params={"epochs": 2}, epochs=2)
+    t.setup()  # Tune's setup, on the loop: one search for a resumed sweep's runs
+    held = t.timer.loop_seconds
+    gate = threading.Event()
+    t._later(lambda self: gate.wait(30))  # the writer is busy: the hooks below must not wait for it
+    trial = SimpleNamespace(trial_id="q1", config={"lr": 0.01}, last_result={}, num_failures=0, path="")
+    t.on_trial_start(0, [trial], trial)
+    for step, acc in ((1, 0.5), (2, 0.7)):
+        trial.last_result = {"val/acc": acc, "training_iteration": step}
+        t.on_trial_result(step, [trial], trial, dict(trial.last_result))
+    t.on_trial_complete(2, [trial], trial)
+    trial.last_result = {"val/acc": 0.0, "training_iteration": 1}  # Tune's object changes after the hook
+    assert not c.search_runs([exp], "tags.`sweeps.trial_id` = 'q1'"), "nothing written while the writer is busy"
+    assert t.writer.pending == 5 and t.writer.thread.name == writer.THREAD
+    gate.set()
+    t.on_experiment_end([trial])
+    assert t.writer.pending == 0
+    (run,) = c.search_runs([exp], "tags.`sweeps.trial_id` = 'q1'")
+    assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.01"
+    assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "val/acc")] == [(1, 0.5), (2, 0.7)]
+    assert run.data.tags["early_stopped"] == "false", "its end as it was when Tune ended it (2 of 2 epochs)"
+    assert t.timer.seconds > held and t.timer.loop_seconds == held, "no write held Tune's loop"

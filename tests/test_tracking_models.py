@@ -460,3 +460,102 @@ def test_max_models_is_read_from_the_config_and_a_negative_one_refused(sweeps_en
     with pytest.raises(BadInput) as exc:
         prepare(["+experiment=quickstart", "tracking.max_models=-1"])
     assert "tracking.max_models: must be >= 0" in str(exc.value) and "-1" in str(exc.value)
+
+
+# -- a scheduler's pauses, promotions and resumes on the trials' runs ------------------------------------------
+class _Ctl:
+    def __init__(self, trials: list[SimpleNamespace]) -> None:
+        self.trials = trials
+        self.search_alg = SimpleNamespace(is_finished=lambda: False)
+
+    def get_trials(self) -> list[SimpleNamespace]:
+        return self.trials
+
+
+def _step(t: callback._Tracker, sched: Any, ctl: _Ctl, trial: SimpleNamespace, acc: float, step: int) -> str:
+    """One result as Tune hands it over: the callbacks first, then the scheduler's decision."""
+    _report(t, trial, acc, step, checkpoint=False)
+    said = str(sched.on_trial_result(ctl, trial, trial.last_result))
+    trial.status = "PAUSED" if said == "PAUSE" else trial.status
+    return said
+
+
+def _history(c: Any, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in c.get_metric_history(run_id, key)]
+
+
+def test_a_trials_run_shows_its_pauses_and_promotions_and_a_resumed_tracker_counts_on(tmp_path: Path) -> None:
+    """Promotion ASHA behind the sweep's scheduler wrapper: each pause (at its epoch) and promotion (to its rung)
+    is a point of the trial's run and counted in its tags, sent with the run's next batch (no call of its own);
+    a resumed sweep's tracker counts on from the tags."""
+    from sweeps.execution.run import session, wrappers
+    from sweeps.execution.tuning.promotion import PromotionASHA
+
+    uri, c, exp, parent = _store(tmp_path)
+    t = _tracker(uri, exp, parent, root=tmp_path)
+    sched = wrappers.sweep_scheduler(PromotionASHA(max_t=27, grace_period=1, reduction_factor=3), name="s-rungs")
+    sched.set_search_properties("val/acc", "max")
+    session.session("s-rungs").callbacks["given0"] = t
+    trials = []
+    ctl = _Ctl(trials)
+    try:
+        for tid, acc in (("a", 0.3), ("b", 0.9), ("c", 0.5)):
+            trials.append(SimpleNamespace(**vars(_trial(tmp_path, tid)), status="PENDING"))
+            assert sched.choose_trial_to_run(ctl) is trials[-1]
+            trials[-1].status = "RUNNING"
+            assert _step(t, sched, ctl, trials[-1], acc, 1) == "PAUSE"
+        b = trials[1]
+        assert sched.choose_trial_to_run(ctl) is b, "the best of rung 1 is promoted"
+        b.status = "RUNNING"
+        _step(t, sched, ctl, b, 0.91, 2)
+        assert _step(t, sched, ctl, b, 0.92, 3) == "PAUSE"
+        assert t.flush(force=True)
+        run_b, run_a = t.runs["b"], t.runs["a"]
+        assert _history(c, run_b, "sweeps/paused_at") == [(1, 1.0), (3, 3.0)]
+        assert _history(c, run_b, "sweeps/promoted_to") == [(1, 3.0)], "promoted at epoch 1 to the rung at 3"
+        tags = c.get_run(run_b).data.tags
+        assert (tags["sweeps.pauses"], tags["sweeps.promotions"]) == ("2", "1")
+        tags_a = c.get_run(run_a).data.tags
+        assert tags_a["sweeps.pauses"] == "1" and "sweeps.promotions" not in tags_a
+
+        again = _tracker(uri, exp, parent, root=tmp_path)
+        again.setup()
+        assert again.rungs["b"] == {"sweeps.pauses": 2, "sweeps.promotions": 1}, "a resumed sweep counts on"
+        again.note_rung("b", "promotion", 9.0)
+        assert again.tags_due["b"] == {"sweeps.promotions": "2"}
+    finally:
+        session.end("s-rungs")
+
+
+def test_a_scheduler_of_tunes_own_that_pauses_has_its_pauses_and_resumes_counted(tmp_path: Path) -> None:
+    """Any scheduler that pauses (HyperBand, PBT): the wrapper sees the PAUSE it returns and the paused trial it
+    chooses to run again."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    from sweeps.execution.run import session, wrappers
+
+    class PausesAtTwo(FIFOScheduler):  # a Tune scheduler on the public interface: pause once at epoch 2
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+            return str(self.PAUSE if result["training_iteration"] == 2 else self.CONTINUE)
+
+        def choose_trial_to_run(self, tune_controller: Any) -> Any:
+            return next((x for x in tune_controller.get_trials() if x.status in ("PENDING", "PAUSED")), None)
+
+    uri, c, exp, parent = _store(tmp_path)
+    t = _tracker(uri, exp, parent, root=tmp_path)
+    sched = wrappers.sweep_scheduler(PausesAtTwo(), name="s-pauses")
+    session.session("s-pauses").callbacks["given0"] = t
+    trial = SimpleNamespace(**vars(_trial(tmp_path, "x")), status="RUNNING")
+    ctl = _Ctl([trial])
+    try:
+        _step(t, sched, ctl, trial, 0.5, 1)
+        assert _step(t, sched, ctl, trial, 0.6, 2) == "PAUSE"
+        assert sched.choose_trial_to_run(ctl) is trial
+        t.flush(force=True)
+        run = t.runs["x"]
+        assert _history(c, run, "sweeps/paused_at") == [(2, 2.0)]
+        assert _history(c, run, "sweeps/resumed_at") == [(2, 2.0)]
+        tags = c.get_run(run).data.tags
+        assert (tags["sweeps.pauses"], tags["sweeps.resumes"]) == ("1", "1")
+    finally:
+        session.end("s-pauses")

@@ -7,6 +7,7 @@ flush, so an MLflow server that is down for a while loses nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -32,19 +33,24 @@ from sweeps.tracking.client import (
     log_params,
     param_items,
     send_batches,
+    tag_items,
 )
 from sweeps.tracking.endings import Endings
 from sweeps.tracking.preempted import Spots
+from sweeps.tracking.writer import Writer, view
 from sweeps.trials import config_digest, trial_location
 
 log = logging.getLogger(__name__)
+# a scheduler's event -> (the metric its point goes to, the tag that counts them)
+RUNG_EVENTS = {"pause": ("sweeps/paused_at", "sweeps.pauses"), "promotion": ("sweeps/promoted_to", "sweeps.promotions"),
+               "resume": ("sweeps/resumed_at", "sweeps.resumes")}
 
 
 def make_callback(**kwargs: Any) -> Any:
     """Build the Tune callback (Tune is imported lazily, so this module stays light)."""
     from ray.tune import Callback
 
-    class MlflowTrackingCallback(_Tracker, Callback):  # type: ignore[misc]
+    class MlflowTrackingCallback(_Queued, _Tracker, Callback):  # type: ignore[misc]
         pass
 
     return MlflowTrackingCallback(**kwargs)
@@ -90,6 +96,9 @@ class _Tracker(Endings):
         self.noted: dict[str, dict[str, str]] = {}  # trial id -> tags its run gets when it ends (an operator's stop)
         self.lineages: dict[str, str] = {}  # a resumed sweep: trial id -> its run's lineage tag, until it restarts
         self.spots = Spots()  # each trial's node preemptions: tags its run gets when it ends
+        self.rungs: dict[str, dict[str, int]] = {}  # trial id -> pauses, promotions, resumes (its run's tags)
+        self.tags_due: dict[str, dict[str, str]] = {}  # trial id -> tags sent with its run's next batch
+        self.steps: dict[str, int] = {}  # trial id -> the last training_iteration seen
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -99,6 +108,7 @@ class _Tracker(Endings):
         state["secrets"] = set()  # no secret at rest: a restored tracker is replaced by a fresh one (resume)
         state["_fs"] = None
         state["_uploads"] = None  # a thread and its queue: the tracker that runs makes its own
+        state["_writer"] = None
         return state
 
     @property
@@ -121,6 +131,21 @@ class _Tracker(Endings):
         if tags:
             self.noted.setdefault(trial_id, {}).update(tags)
 
+    def note_rung(self, trial_id: str, kind: str, where: float) -> None:
+        """A scheduler's pause (at epoch ``where``), promotion (to rung ``where``) or resume (from epoch
+        ``where``), as the scheduler decided it: the trial's run gets a point of ``sweeps/paused_at``,
+        ``sweeps/promoted_to`` or ``sweeps/resumed_at`` and its counts as tags (``sweeps.pauses``,
+        ``sweeps.promotions``, ``sweeps.resumes``), with its next batch of metrics (no call of its own)."""
+        from mlflow.entities import Metric
+
+        metric, tag = RUNG_EVENTS[kind]
+        counts = self.rungs.setdefault(trial_id, {})
+        counts[tag] = counts.get(tag, 0) + 1
+        step = self.steps.get(trial_id, int(where))
+        self.buffers.setdefault(trial_id, []).append(Metric(metric, float(where), int(time.time() * 1000), step))
+        self.tags_due.setdefault(trial_id, {})[tag] = str(counts[tag])
+        self.noted.setdefault(trial_id, {})[tag] = str(counts[tag])
+
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         """Tune registers a checkpoint with the result it came with (``trial.last_result`` here)."""
         self.book.add(trial.trial_id, uris.to_uri(checkpoint.path, checkpoint.filesystem), trial.last_result)
@@ -136,6 +161,11 @@ class _Tracker(Endings):
         runs = find_runs(self.client, [self.experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
         self.lineages.update({r.data.tags[RUN_TAG_TRIAL]: r.data.tags[LINEAGE_TAG] for r in runs
                               if RUN_TAG_TRIAL in r.data.tags and LINEAGE_TAG in r.data.tags})
+        for r in runs:  # a resumed sweep counts on from what its runs say
+            counts = {tag: int(r.data.tags[tag]) for _, tag in RUNG_EVENTS.values()
+                      if str(r.data.tags.get(tag, "")).isdigit()}
+            if counts and RUN_TAG_TRIAL in r.data.tags:
+                self.rungs[r.data.tags[RUN_TAG_TRIAL]] = counts
         return {r.data.tags[RUN_TAG_TRIAL]: r.info.run_id for r in runs if RUN_TAG_TRIAL in r.data.tags}
 
     def setup(self, **info: Any) -> None:
@@ -203,11 +233,15 @@ class _Tracker(Endings):
         """The trial's pending params and metrics (and ``tags``), in as few calls as MLflow takes; what could not
         be sent stays pending (raises)."""
         params, buf = self.params_due.get(tid, []), self.buffers.get(tid, [])
+        due = self.tags_due.get(tid)
+        if due:  # the given tags (a run's final ones) win over the same key due
+            tags = tag_items({**due, **{t.key: t.value for t in tags or []}})
         if not (params or buf or tags):
             return
         with self.timer:
             send_batches(self.client, run_id, params, buf, tags if tags is not None else [])
         self.params_due.pop(tid, None)
+        self.tags_due.pop(tid, None)
 
     def flush(self, force: bool = False) -> bool:
         """Send buffered metrics; keep them on failure. Returns True when nothing is left pending."""
@@ -216,8 +250,8 @@ class _Tracker(Endings):
             return False
         self.last_flush = now
         ok = True
-        for tid in [*self.buffers, *(t for t in self.params_due if t not in self.buffers)]:
-            if tid in self.finals or not (self.buffers.get(tid) or self.params_due.get(tid)):
+        for tid in dict.fromkeys([*self.buffers, *self.params_due, *self.tags_due]):
+            if tid in self.finals or not (self.buffers.get(tid) or self.params_due.get(tid) or self.tags_due.get(tid)):
                 continue  # an ended trial's go with its ending (one batch with its final tags)
             run_id = self.runs.get(tid)
             if run_id is None:
@@ -255,6 +289,7 @@ class _Tracker(Endings):
         from mlflow.entities import Metric
 
         step = int(result.get("training_iteration", 0))
+        self.steps[trial.trial_id] = step
         ts = int(result.get("timestamp", time.time()) * 1000)
         buf = self.buffers.setdefault(trial.trial_id, [])
         spot = self.spots.tags(trial.trial_id, result)
@@ -288,3 +323,57 @@ class _Tracker(Endings):
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         self.drain(self.drain_s)
+
+
+class _Queued(_Tracker):
+    """The sweep's tracker as Tune calls it: each hook is queued for the writer thread with a snapshot of the
+    trial (:mod:`sweeps.tracking.writer`), so no MLflow call holds Tune's loop; the end of the sweep and a stop
+    wait for the queue first. :class:`_Tracker` itself stays synchronous (what the hooks do, in order)."""
+
+    @property
+    def writer(self) -> Writer:
+        if getattr(self, "_writer", None) is None:
+            self._writer = Writer()
+        return self._writer
+
+    def _later(self, job: Any, *args: Any) -> None:
+        self.writer.submit(functools.partial(job, self, *args))
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._later(_Tracker.on_trial_start, iteration, [], view(trial))
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        self._later(_Tracker.on_trial_result, iteration, [], view(trial), dict(result))
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        self._later(_Tracker.on_checkpoint, iteration, [], view(trial), checkpoint)
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._later(_Tracker.on_trial_recover, iteration, [], view(trial))
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._later(_Tracker.on_trial_complete, iteration, [], view(trial))
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._later(_Tracker.on_trial_error, iteration, [], view(trial))
+
+    def note_tags(self, trial_id: str, tags: dict[str, str]) -> None:
+        self._later(_Tracker.note_tags, trial_id, dict(tags))
+
+    def note_rung(self, trial_id: str, kind: str, where: float) -> None:
+        self._later(_Tracker.note_rung, trial_id, kind, where)
+
+    def _settle(self) -> None:
+        """Wait for the queued writes (at most ``drain_s``) before this thread drains and closes the runs."""
+        if not self.writer.wait(self.drain_s):
+            log.warning("MLflow: writes still queued after %.0f s (the store does not answer); the runs are closed "
+                        "with what was written, `python -m sweeps sync SWEEP_ID` back-fills the rest", self.drain_s)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self._settle()
+        super().on_experiment_end(trials, **info)
+
+    def close_open(self, status: str = "KILLED") -> None:
+        self._settle()
+        super().close_open(status)

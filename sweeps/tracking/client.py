@@ -285,7 +285,8 @@ def write_text_artifact(c: Any, run_id: str, name: str, text: str) -> None:
 
 class CallTimer:
     """Adds up the seconds spent in MLflow calls (reported as ``sweeps/mlflow_seconds``), and apart the seconds of
-    those that held Tune's loop (``sweeps/mlflow_loop_seconds``: every call but the model uploads' thread's)."""
+    those that held Tune's loop (``sweeps/mlflow_loop_seconds``: every call but those of the tracker's writer
+    thread and the model uploads' thread)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -306,10 +307,10 @@ class CallTimer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from sweeps.tracking.uploads import THREAD
+        from sweeps.tracking import uploads, writer
 
         took = time.perf_counter() - self._t.start
         with self._lock:
             self.seconds += took
-            if threading.current_thread().name != THREAD:
+            if threading.current_thread().name not in (uploads.THREAD, writer.THREAD):
                 self.loop_seconds += took

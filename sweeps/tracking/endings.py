@@ -50,6 +50,9 @@ class Endings:
     noted: dict[str, dict[str, str]]
     attempted: set[str]
     params_due: dict[str, list[Any]]
+    tags_due: dict[str, dict[str, str]]
+    rungs: dict[str, dict[str, int]]
+    steps: dict[str, int]
     created: set[str]
     max_models: int
     modelled: list[float]
@@ -185,6 +188,9 @@ class Endings:
         self.noted.pop(trial_id, None)
         self.attempted.discard(trial_id)
         self.params_due.pop(trial_id, None)
+        self.tags_due.pop(trial_id, None)
+        self.rungs.pop(trial_id, None)
+        self.steps.pop(trial_id, None)
         self.created.discard(trial_id)
         self.book.forget(trial_id)
 

@@ -136,6 +136,7 @@ def sweep_scheduler(inner: Any, starts: list[StartGate] | None = None,
         letting a trial an operator stopped go on."""
 
         STOP = TrialScheduler.STOP
+        PAUSE = TrialScheduler.PAUSE
 
     SweepScheduler.__name__ = SweepScheduler.__qualname__ = type(inner).__name__  # what Tune's box names
     return SweepScheduler(inner, starts, stops, name)
@@ -145,6 +146,7 @@ class _Delegating:
     """The body of :func:`sweep_scheduler`'s scheduler."""
 
     STOP: str
+    PAUSE: str
 
     def __init__(self, inner: Any, starts: list[StartGate] | None, stops: Callable[[str], bool] | None,
                  name: str) -> None:
@@ -184,8 +186,24 @@ class _Delegating:
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         decision = self.inner.on_trial_result(tune_controller, trial, result)
         if self.stops is not None and self.stops(trial.trial_id):
+            getattr(self.inner, "pop_events", list)()  # a pause that will not happen
             return str(self.STOP)
+        if decision == self.PAUSE and not hasattr(self.inner, "pop_events"):
+            self._tell([(trial.trial_id, "pause", float(result.get("training_iteration") or 0))])
+        self._tell(getattr(self.inner, "pop_events", list)())
         return str(decision)
+
+    def _tell(self, events: list[tuple[str, str, float]]) -> None:
+        """Pauses, promotions and resumes onto the trials' MLflow runs (the sweep's tracker, when it has one)."""
+        if not events or not self.name:
+            return
+        from sweeps.execution.run import session
+
+        tracker: Any = session.session(self.name).callbacks.get("given0")
+        note = getattr(tracker, "note_rung", None)
+        for trial_id, kind, where in events:
+            if note is not None:
+                note(trial_id, kind, where)
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
         self.inner.on_trial_complete(tune_controller, trial, result)
@@ -199,6 +217,11 @@ class _Delegating:
         chosen = self.inner.choose_trial_to_run(tune_controller)
         if chosen is not None and self.name:
             startup.clock(self.name).chosen(chosen.trial_id)
+        if hasattr(self.inner, "pop_events"):  # its own promotions (and the pauses it decided)
+            self._tell(self.inner.pop_events())
+        elif chosen is not None and chosen.status == "PAUSED":  # HyperBand's next rung, PBT's restart
+            self._tell([(chosen.trial_id, "resume", float((chosen.last_result or {}).get("training_iteration")
+                                                              or 0))])
         return chosen
 
     def debug_string(self) -> str:

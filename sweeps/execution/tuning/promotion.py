@@ -53,6 +53,11 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
         super().__init__()
         self._time_attr, self._rank_metric, self._mode = time_attr, metric, mode
         self.ladder = Ladder(milestones(max_t, grace_period, reduction_factor), reduction_factor, self._epsilon)
+        self.events: list[tuple[str, str, float]] = []  # (trial id, "pause" | "promotion", where), until drained
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("events", [])  # a scheduler pickled before it had them
 
     @property
     def metric(self) -> str | None:
@@ -86,6 +91,7 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
                      type(self).__name__, self._time_attr, self.ladder.max_t)
         if decision == PAUSE:
             log.debug("trial %s pauses at %s=%g", trial.trial_id, self._time_attr, t)
+            self.events.append((trial.trial_id, "pause", float(t)))
         return str(_DECISION.get(decision, TrialScheduler.CONTINUE))
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
@@ -121,7 +127,8 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
         if paused and not any(t.status == "RUNNING" for t in trials) and tune_controller.search_alg.is_finished():
             last = self.ladder.last_promotion()
             if last is not None and last in paused:
-                self.ladder.promote(last)
+                k = self.ladder.promote(last)
+                self.events.append((last, "promotion", self._next_level(k)))
                 log.info("no trial reached %s=%g yet: promoting the best paused trial of the highest rung, %s",
                          self._time_attr, self.ladder.max_t, last)
                 return paused[last]
@@ -137,8 +144,19 @@ class PromotionASHA(FIFOScheduler):  # type: ignore[misc]
                 return None
             k = self.ladder.promote(trial_id)
             log.info("promoting trial %s from rung %s=%g", trial_id, self._time_attr, self.ladder.levels[k])
+            self.events.append((trial_id, "promotion", self._next_level(k)))
             if not self.ladder.waits(trial_id):
                 return paused[trial_id]
+
+    def _next_level(self, k: int) -> float:
+        """Where a trial promoted from rung ``k`` goes next: the next rung, or the full budget."""
+        levels = self.ladder.levels
+        return float(levels[k + 1]) if k + 1 < len(levels) else float(self.ladder.max_t)
+
+    def pop_events(self) -> list[tuple[str, str, float]]:
+        """The pauses and promotions since the last call (the sweep's tracker records them on the trials' runs)."""
+        out, self.events = self.events, []
+        return out
 
     def _stop_unpromoted(self, tune_controller: Any, paused: list[Any]) -> None:
         log.info("no trial left to start and none promotable: stopping %d paused trial(s) at their rung; %s",
