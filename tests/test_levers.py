@@ -26,10 +26,11 @@ from sweeps.execution.levers import (
     state_api_address,
     tune_actors,
     tune_log_restore,
+    tune_trials,
 )
 
 MINE = (auth_refresh, cluster_version, gcs_tables, loopback_node, optuna_constraints, optuna_ga_lock, raylet_config,
-        rendezvous, scheduler_state, state_api_address, tune_actors, tune_log_restore)
+        rendezvous, scheduler_state, state_api_address, tune_actors, tune_log_restore, tune_trials)
 
 
 @pytest.mark.parametrize("module", MINE, ids=lambda m: m.__name__.rsplit(".", 1)[-1])

@@ -151,12 +151,13 @@ def test_the_sweeps_tracker_writes_off_tunes_loop_from_a_snapshot_and_settles_be
     import threading
 
     from sweeps.tracking import writer
+    from sweeps.tracking.queued import make_callback
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(c, "queued", uri)
     parent = c.create_run(exp, run_name="queued", tags={tracking.RUN_TAG_SWEEP: "q", tracking.RUN_TAG_KIND: "sweep"})
-    t = callback.make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="q",
+    t = make_callback(uri=uri, experiment_id=exp, parent_run_id=parent.info.run_id, sweep_id="q",
                                metric="val/acc", mode="max", fixed_params={"epochs": 2}, epochs=2)
     t.setup()  # Tune's setup, on the loop: one search for a resumed sweep's runs
     held = t.timer.loop_seconds

@@ -118,8 +118,7 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
     ``settled``: the sweep ended normally, so a trial a scheduler left PAUSED (HyperBand never resumes the
     losers of a bracket) is over: it counts as TERMINATED (early-stopped if it ran short of its epochs).
     """
-    from ray.tune import ExperimentAnalysis
-
+    from sweeps.execution.levers import tune_trials
     from sweeps.execution.levers.tune_files import STATE_PREFIX
 
     records: list[TrialRecord] = []
@@ -127,7 +126,7 @@ def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int
         if not any(n.startswith(STATE_PREFIX) for n in uris.listdir(exp_dir)):
             continue
         fs, _ = uris.filesystem(exp_dir)
-        for trial in ExperimentAnalysis(exp_dir).trials:
+        for trial in tune_trials.trials(exp_dir):
             record = _record(trial, metric, mode, epochs, settled, fs)
             if settled and not record.history and record.status == "TERMINATED":
                 continue  # queued but never started before the sweep ended (a time or resource budget)

@@ -1,13 +1,13 @@
-"""The Tune callback that writes MLflow: one nested child run per trial, always left in a final state.
+"""The tracker's hooks: one nested child run per trial, always left in a final state.
 
-All writes happen on the driver (so a SQLite store has a single writer however many trials run). Metrics are
-buffered per trial and sent with ``log_batch``; a failed send keeps the buffer and is retried at the next
-flush, so an MLflow server that is down for a while loses nothing.
+All writes happen on the driver (so a SQLite store has a single writer however many trials run), on the tracker's
+writer thread when Tune calls them (:mod:`sweeps.tracking.queued`). Metrics are buffered per trial and sent with
+``log_batch``; a failed send keeps the buffer and is retried at the next flush, so an MLflow server that is down
+for a while loses nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -37,23 +37,12 @@ from sweeps.tracking.client import (
 )
 from sweeps.tracking.endings import Endings
 from sweeps.tracking.preempted import Spots
-from sweeps.tracking.writer import Writer, view
 from sweeps.trials import config_digest, trial_location
 
 log = logging.getLogger(__name__)
 # a scheduler's event -> (the metric its point goes to, the tag that counts them)
 RUNG_EVENTS = {"pause": ("sweeps/paused_at", "sweeps.pauses"), "promotion": ("sweeps/promoted_to", "sweeps.promotions"),
                "resume": ("sweeps/resumed_at", "sweeps.resumes")}
-
-
-def make_callback(**kwargs: Any) -> Any:
-    """Build the Tune callback (Tune is imported lazily, so this module stays light)."""
-    from ray.tune import Callback
-
-    class MlflowTrackingCallback(_Queued, _Tracker, Callback):  # type: ignore[misc]
-        pass
-
-    return MlflowTrackingCallback(**kwargs)
 
 
 class _Tracker(Endings):
@@ -323,57 +312,3 @@ class _Tracker(Endings):
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         self.drain(self.drain_s)
-
-
-class _Queued(_Tracker):
-    """The sweep's tracker as Tune calls it: each hook is queued for the writer thread with a snapshot of the
-    trial (:mod:`sweeps.tracking.writer`), so no MLflow call holds Tune's loop; the end of the sweep and a stop
-    wait for the queue first. :class:`_Tracker` itself stays synchronous (what the hooks do, in order)."""
-
-    @property
-    def writer(self) -> Writer:
-        if getattr(self, "_writer", None) is None:
-            self._writer = Writer()
-        return self._writer
-
-    def _later(self, job: Any, *args: Any) -> None:
-        self.writer.submit(functools.partial(job, self, *args))
-
-    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._later(_Tracker.on_trial_start, iteration, [], view(trial))
-
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
-                        **info: Any) -> None:
-        self._later(_Tracker.on_trial_result, iteration, [], view(trial), dict(result))
-
-    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
-        self._later(_Tracker.on_checkpoint, iteration, [], view(trial), checkpoint)
-
-    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._later(_Tracker.on_trial_recover, iteration, [], view(trial))
-
-    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._later(_Tracker.on_trial_complete, iteration, [], view(trial))
-
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._later(_Tracker.on_trial_error, iteration, [], view(trial))
-
-    def note_tags(self, trial_id: str, tags: dict[str, str]) -> None:
-        self._later(_Tracker.note_tags, trial_id, dict(tags))
-
-    def note_rung(self, trial_id: str, kind: str, where: float) -> None:
-        self._later(_Tracker.note_rung, trial_id, kind, where)
-
-    def _settle(self) -> None:
-        """Wait for the queued writes (at most ``drain_s``) before this thread drains and closes the runs."""
-        if not self.writer.wait(self.drain_s):
-            log.warning("MLflow: writes still queued after %.0f s (the store does not answer); the runs are closed "
-                        "with what was written, `python -m sweeps sync SWEEP_ID` back-fills the rest", self.drain_s)
-
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        self._settle()
-        super().on_experiment_end(trials, **info)
-
-    def close_open(self, status: str = "KILLED") -> None:
-        self._settle()
-        super().close_open(status)

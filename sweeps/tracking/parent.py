@@ -147,7 +147,7 @@ def mark_best(c: Any, rec: SweepRecord, run_id: str) -> None:
 
 def make_tracker(spec: SweepSpec, rec: SweepRecord, confirm: bool = False) -> Any:
     """The Tune callback that writes this sweep's trial runs under its parent run."""
-    from sweeps.tracking.callback import make_callback
+    from sweeps.tracking.queued import make_callback
 
     secrets: set[str] = redaction.known()
     redaction.redact(spec.raw, secrets)

@@ -138,12 +138,12 @@ def can_restore(experiment_dir: str) -> bool:
 def earlier_trials(experiment_dirs: list[str]) -> list[Any]:
     """Tune's trials of the sweep's earlier experiments (each over: a trial a scheduler left PAUSED counts as
     TERMINATED, as the reports count it), read from their saved states; an unreadable one is left out, said."""
-    from ray.tune import ExperimentAnalysis
+    from sweeps.execution.levers import tune_trials
 
     out: list[Any] = []
     for experiment_dir in experiment_dirs:
         try:
-            trials = ExperimentAnalysis(experiment_dir).trials
+            trials = tune_trials.trials(experiment_dir)
         except Exception as exc:  # a damaged or missing state: those trials are not counted here
             log.warning("could not read the trials of %s (%s): the status line and the scheduler leave them out",
                         experiment_dir, exc)
