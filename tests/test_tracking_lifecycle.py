@@ -180,3 +180,21 @@ def test_the_sweeps_tracker_writes_off_tunes_loop_from_a_snapshot_and_settles_be
     assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "val/acc")] == [(1, 0.5), (2, 0.7)]
     assert run.data.tags["early_stopped"] == "false", "its end as it was when Tune ended it (2 of 2 epochs)"
     assert t.timer.seconds > held and t.timer.loop_seconds == held, "no write held Tune's loop"
+
+
+def test_writes_queued_past_the_drain_are_dropped_not_raced() -> None:
+    """A writer stuck on a store that does not answer: the end waits ``drain_s``, drops what is still queued and
+    goes on to close the runs itself, with no write left to race it."""
+    import threading
+
+    from sweeps.tracking.writer import Writer
+
+    w = Writer()
+    gate, ran = threading.Event(), []
+    w.submit(lambda: gate.wait(30))
+    for i in range(3):
+        w.submit(lambda i=i: ran.append(i))
+    assert not w.wait(0.2)
+    assert w.abandon() == 3 and w.pending == 1, "the one being carried out finishes on its own"
+    gate.set()
+    assert w.wait(5) and ran == [], "no dropped write runs after the end took over"

@@ -69,8 +69,10 @@ class Queued(_Tracker):
     def _settle(self) -> None:
         """Wait for the queued writes (at most ``drain_s``) before this thread drains and closes the runs."""
         if not self.writer.wait(self.drain_s):
-            log.warning("MLflow: writes still queued after %.0f s (the store does not answer); the runs are closed "
-                        "with what was written, `python -m sweeps sync SWEEP_ID` back-fills the rest", self.drain_s)
+            dropped = self.writer.abandon()
+            log.warning("MLflow: %d write(s) still queued after %.0f s (the store does not answer); the runs are "
+                        "closed with what was written, `python -m sweeps sync SWEEP_ID` back-fills the rest",
+                        dropped, self.drain_s)
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         self._settle()

@@ -81,6 +81,20 @@ class Writer:
                     if not self.pending:
                         self.idle.notify_all()
 
+    def abandon(self) -> int:
+        """Drop the writes still queued (a store that did not answer in time; the caller closes the runs with what
+        was written): how many. The one being carried out, if any, finishes on its own."""
+        dropped = 0
+        while True:
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+            dropped += 1
+            with self.lock:
+                self.pending -= 1
+        return dropped
+
     def wait(self, timeout_s: float) -> bool:
         """Until every queued write is carried out, at most ``timeout_s``: True when none is left. Called from
         the writer thread itself it returns at once (nothing can be waited for there)."""
