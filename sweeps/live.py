@@ -43,20 +43,33 @@ def _write_json(location: str, data: dict[str, Any]) -> None:
     write_atomic(location, json.dumps(data, indent=1, sort_keys=True, default=str).encode())
 
 
-def _read_json(location: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(uris.read_bytes(location))
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+READ_RETRIES_S = (0.2, 0.5, 1.0)  # a patient read that failed is asked again after these
+
+
+def _read_json(location: str, patient: bool = False) -> dict[str, Any] | None:
+    """The JSON object at ``location``, or None when there is none. ``patient``: a read that fails is asked again a
+    few times (1.7 s in all), for a file that must be there: an object store may answer "no such key" or drop the
+    connection while the driver replaces it (seen: `sweeps stop URI` refused right after `sweeps status URI` read
+    the same file)."""
+    for wait_s in (*(READ_RETRIES_S if patient else ()), None):
+        try:
+            data = json.loads(uris.read_bytes(location))
+        except (FileNotFoundError, OSError, ValueError):
+            if wait_s is None:
+                return None
+            time.sleep(wait_s)
+            continue
+        return data if isinstance(data, dict) else None
+    return None
 
 
 def write_status(experiment_dir: str, status: dict[str, Any]) -> None:
     _write_json(uris.join(folder(experiment_dir), "status.json"), status)
 
 
-def read_status(experiment_dir: str) -> dict[str, Any] | None:
-    return _read_json(uris.join(folder(experiment_dir), "status.json"))
+def read_status(experiment_dir: str, patient: bool = False) -> dict[str, Any] | None:
+    """The sweep's status as its driver last wrote it (``patient``: see :func:`_read_json`)."""
+    return _read_json(uris.join(folder(experiment_dir), "status.json"), patient)
 
 
 def sender() -> dict[str, str]:

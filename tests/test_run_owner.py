@@ -204,3 +204,17 @@ def test_a_graceful_stop_asked_in_process_waits_for_the_running_trials_checkpoin
     run.request_stop(now=False, why="again")
     assert c.stopping["by"] == "the host" and not live.interrupt.asked, "nothing stops before the checkpoints"
     session.end("s-grace")
+
+
+def test_an_operator_naming_a_sweep_by_its_folder_reads_its_status_patiently(tmp_path: Path) -> None:
+    """A status file that is being replaced (an object store may answer "no such key" meanwhile) is asked for
+    again before `sweeps stop URI` says the folder holds no sweep; an unnamed read is not held up."""
+    from sweeps import live
+    from sweeps.ops import operate
+
+    exp = tmp_path / "exp"
+    later = threading.Timer(0.4, live.write_status, (str(exp), {"sweep_id": "s1", "state": "running"}))
+    later.start()
+    assert live.read_status(str(exp)) is None, "not patient: at once"
+    assert operate.locate(str(exp)) == ("s1", str(exp)), "patient: the file that came 0.4 s later"
+    later.join()

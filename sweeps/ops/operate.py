@@ -18,7 +18,7 @@ ANSWER_WAIT_S = 30.0
 def locate(ref: str) -> tuple[str, str]:
     """(sweep id, the folder of its current run) for a sweep id, ``latest``, or an experiment folder's URI."""
     if "://" in ref or ref.startswith(("/", ".")):
-        status = live.read_status(ref)
+        status = live.read_status(ref, patient=True)  # the operator named it: it should be there
         if status is None:
             raise BadInput(f"SWEEP: {ref} holds no sweep status ({live.FOLDER}/status.json); name a sweep's "
                            f"experiment folder (storage.path/<sweep id>), or a sweep id of `python -m sweeps list`")
@@ -33,7 +33,7 @@ def locate(ref: str) -> tuple[str, str]:
 def status(ref: str) -> dict[str, Any]:
     """The sweep's status as its driver last wrote it, with ``alive`` (its lease holds) and where it is."""
     sweep_id, where = locate(ref)
-    found = live.read_status(where)
+    found = live.read_status(where, patient=where == ref)  # named by its URI: no index here to fall back on
     if found is None:  # a sweep of an older version, or one that died before its first status
         rec = store.load(sweep_id)
         found = {"sweep_id": sweep_id, "state": rec.status, "trials": rec.counts, "best": rec.best or None,
