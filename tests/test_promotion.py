@@ -294,6 +294,9 @@ def test_the_report_counts_trials_promotions_and_epochs_per_rung_and_says_where_
     assert found.tables[0].rows[:2] == [["1", "3", "1", "3"], ["3", "1", "0", "2"]]
     assert "epochs trained to reach the rungs: 5" in found.bullets[0]
     assert "PASHA stopped raising its top rung at 3 of 27 (raised to: never raised; epsilon 0)" in found.bullets[1]
+    more = rung_section(schedstate.snapshot(sched), trained=7)
+    assert "epochs the trials trained in all: 7 (2 past the rungs counted" in more.bullets[1], more.bullets
+    assert len(rung_section(schedstate.snapshot(sched), trained=5).bullets) == 2, "as many as the rungs: no line"
     assert rung_section(schedstate.snapshot(_fifo())) is None
 
 

@@ -218,3 +218,35 @@ def test_an_operator_naming_a_sweep_by_its_folder_reads_its_status_patiently(tmp
     assert live.read_status(str(exp)) is None, "not patient: at once"
     assert operate.locate(str(exp)) == ("s1", str(exp)), "patient: the file that came 0.4 s later"
     later.join()
+
+
+def test_a_stop_while_tunes_loop_runs_waits_for_the_checkpoints_in_flight() -> None:
+    """A trial whose result Tune took saves its checkpoint in a second round trip: the stop sets Tune's event at
+    the end of a step with no trial saving (else the resumed trial trains that epoch again and its result is
+    logged twice: seen in CI), at most ``settle_s`` later; before Tune's loop has stepped, at once."""
+    from types import SimpleNamespace
+
+    from sweeps.execution.levers.tune_interrupt import Interrupt
+
+    saving, idle = SimpleNamespace(is_saving=True), SimpleNamespace(is_saving=False)
+    stop, event = Interrupt(), threading.Event()
+    stop.adopt(event)
+    stop.step_ended([idle])  # Tune's loop runs
+    stop.set(settle_s=30)
+    assert not event.is_set()
+    stop.step_ended([saving, idle])
+    assert not event.is_set(), "a checkpoint is in flight"
+    stop.step_ended([idle, idle])
+    assert event.is_set()
+
+    late, late_event = Interrupt(), threading.Event()
+    late.adopt(late_event)
+    late.step_ended([saving])
+    late.set(settle_s=0.2)
+    late.step_ended([saving])
+    assert late_event.wait(5), "a checkpoint that never lands holds the stop settle_s at most"
+
+    early, early_event = Interrupt(), threading.Event()
+    early.adopt(early_event)
+    early.set(settle_s=30)
+    assert early_event.is_set(), "no step yet: at once"

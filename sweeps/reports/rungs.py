@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 PROMOTING = ("PromotionASHA", "PASHA")
 
 
-def rung_section(state: Mapping[str, Any] | None) -> Section | None:
-    """The section from a saved scheduler state (pure); None for any other scheduler's."""
+def rung_section(state: Mapping[str, Any] | None, trained: int | None = None) -> Section | None:
+    """The section from a saved scheduler state (pure); None for any other scheduler's. ``trained``: the epochs
+    the trials trained in all (their results): where it is more than the rungs count, the section says why."""
     if not state or state.get("kind") not in PROMOTING or state.get("how") != "own":
         return None
     lad = json.loads(state["data"])
@@ -33,6 +34,10 @@ def rung_section(state: Mapping[str, Any] | None) -> Section | None:
         rows.append([f"{level:g}", str(len(table)), str(len(promoted)), f"{epochs:g}"])
         below = level
     bullets = [f"epochs trained to reach the rungs: {spent:g} (trials that ended between two rungs not counted)"]
+    if trained is not None and trained > spent:
+        bullets.append(f"epochs the trials trained in all: {trained} ({trained - spent:g} past the rungs counted: "
+                       "a trial stopped between two rungs, or one that was waiting for a promotion at a stop and "
+                       "ran on after the resume, counts at its rung until it is promoted)")
     if state["kind"] == "PASHA":
         top = levels[int(lad["top"])]
         raises = ", ".join(f"{r['to']:g}" for r in lad["raises"]) or "never raised"
@@ -42,14 +47,14 @@ def rung_section(state: Mapping[str, Any] | None) -> Section | None:
                                             rows)])
 
 
-def section(rec: SweepRecord) -> Section | None:
+def section(rec: SweepRecord, trained: int | None = None) -> Section | None:
     """The "Rungs" section of a sweep that ran a promoting scheduler, else None (never raises)."""
     if rec.scheduler not in ("asha_promote", "pasha"):
         return None
     try:
         from sweeps.execution.run.schedstate import saved_state
 
-        return rung_section(saved_state(list(rec.experiment_dirs)))
+        return rung_section(saved_state(list(rec.experiment_dirs)), trained)
     except Exception as exc:  # the report goes on without the section
         log.warning("the rungs section could not be made (%s)", exc)
         return None

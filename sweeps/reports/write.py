@@ -102,7 +102,7 @@ def analyze(rec: SweepRecord, summ: Summary, records: list[Any] | None = None,
     from sweeps.reports import rungs, startup
 
     sections.append(startup.section(rec, records or [], summ))
-    rung_section = rungs.section(rec)
+    rung_section = rungs.section(rec, summ.epochs_trained)
     if rung_section is not None:
         sections.append(rung_section)
     if rec.confirm_dirs:

@@ -54,16 +54,38 @@ LEVER = Lever(name="tune_interrupt", package="ray", checked=("2.53.", "2.60."),
 
 
 class Interrupt:
-    """One run's stop switch: Tune's interrupted event once its loop made one, and whether a stop was asked."""
+    """One run's stop switch: Tune's interrupted event once its loop made one, and whether a stop was asked.
+
+    A stop asked while Tune's loop runs waits for the checkpoints in flight: a trial whose result Tune has taken
+    (its callbacks have logged it) saves the checkpoint that came with it in a second round trip; ended in between,
+    the resumed trial would train that epoch again, its result logged twice. So the event is set at the end of a
+    step of Tune's loop with no trial saving (:meth:`step_ended`), or after ``settle_s`` whatever happens.
+    """
 
     def __init__(self) -> None:
         self.event: threading.Event | None = None
         self.asked = False
+        self.stepping = False  # Tune's loop has ended a step: the event is set at a step's end from then on
+        self.timer: threading.Timer | None = None
 
-    def set(self) -> None:
+    def set(self, settle_s: float = 0.0) -> None:
         self.asked = True
+        if self.event is None or settle_s <= 0 or not self.stepping:
+            self._fire()
+        elif self.timer is None:
+            self.timer = threading.Timer(settle_s, self._fire)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _fire(self) -> None:
         if self.event is not None:
             self.event.set()
+
+    def step_ended(self, trials: list[Any]) -> None:
+        """At the end of each step of Tune's loop: a stop that waits sets the event once no trial is saving."""
+        self.stepping = True
+        if self.asked and not any(getattr(t, "is_saving", False) for t in trials):
+            self._fire()
 
     def adopt(self, event: threading.Event) -> threading.Event:
         self.event = event

@@ -28,6 +28,7 @@ from sweeps.execution.run import session
 
 log = logging.getLogger(__name__)
 EVERY_S = 2.0
+SETTLE_S = 10.0  # a stop waits at most this long for the checkpoints in flight (their results already logged)
 UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
 
 
@@ -163,12 +164,13 @@ def apply(control: Control, request: dict[str, Any], trials: list[Any]) -> tuple
 
 def interrupt(name: str) -> bool:
     """End the run ``name``'s Tune loop as Ctrl-C does (its state saved, unfinished trials resumable), from any
-    thread and without a signal: True where the ``tune_interrupt`` lever applies, else False (nothing done)."""
+    thread and without a signal, once the checkpoints in flight are saved (at most :data:`SETTLE_S`): True where
+    the ``tune_interrupt`` lever applies, else False (nothing done)."""
     from sweeps.execution.levers import core, tune_interrupt
 
     if not core.applies(tune_interrupt.LEVER):
         return False
-    session.session(name).interrupt.set()
+    session.session(name).interrupt.set(SETTLE_S)  # once no checkpoint is in flight (Interrupt.step_ended)
     return True
 
 

@@ -188,6 +188,9 @@ class _LiveRecord:
         except Exception as exc:  # a Tuner outside a recorded sweep, or a busy index: the live record says it
             log.debug("could not note %r in the sweep's record (%s)", state, exc)
 
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        session.session(self.name).interrupt.step_ended(trials)  # a stop that waits for checkpoints in flight
+
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
         now = time.time()
         self.trials = trials
