@@ -219,9 +219,9 @@ class _Delegating:
             startup.clock(self.name).chosen(chosen.trial_id)
         if hasattr(self.inner, "pop_events"):  # its own promotions (and the pauses it decided)
             self._tell(self.inner.pop_events())
-        elif chosen is not None and chosen.status == "PAUSED":  # HyperBand's next rung, PBT's restart
-            self._tell([(chosen.trial_id, "resume", float((chosen.last_result or {}).get("training_iteration")
-                                                              or 0))])
+        elif self.name and chosen is not None and chosen.status == "PAUSED":  # HyperBand's next rung, PBT's restart
+            last = getattr(chosen, "last_result", None) or {}
+            self._tell([(chosen.trial_id, "resume", float(last.get("training_iteration") or 0))])
         return chosen
 
     def debug_string(self) -> str:
