@@ -250,7 +250,8 @@ def summarize(a: argparse.Namespace, got: dict[str, Any], root: Path, env: dict[
                      f"({got['mlflow_s'] / got['wall']:.1%}; goal <= 5%), all threads")
     if got.get("mlflow_loop_s") is not None:
         lines.append(f"  MLflow calls that held Tune's loop: {got['mlflow_loop_s']:.1f} s "
-                     f"({got['mlflow_loop_s'] / got['wall']:.1%}); the rest on the model uploads' thread")
+                     f"({got['mlflow_loop_s'] / got['wall']:.1%}); the rest on the tracker's writer and the model "
+                     "uploads' threads")
     cli = [sys.executable, "-m", "sweeps"]
     for what, args in (("list", ["list"]), ("status", ["status", got["sweep_id"]]),
                        ("report --format md", ["report", got["sweep_id"], "--format", "md"])):
