@@ -26,6 +26,8 @@ import pytest
 from conftest import mlflow_client, trial_dirs, wait_for
 from decisions import LRS, Project, epochs_by_lr, overlapping, stop_after, straight_epochs
 
+from sweeps import uris
+
 pytestmark = pytest.mark.slow
 EPOCHS = 6
 
@@ -100,8 +102,8 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
         expected = [straight_epochs(oracle, [lr], EPOCHS)[lr] for lr in added]  # then each added trial, in order
         carried = [ln for ln in said.splitlines() if "scheduler" in ln.lower()]
         assert any("the scheduler AsyncHyperBandScheduler continues from its state" in ln for ln in carried), carried
-        assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected, carried, sorted(
-            p.name for p in Path(rec["experiment_dirs"][0]).glob("callback-states-*")))
+        assert _epochs_in_order(rec["experiment_dirs"][-1]) == expected, (added, expected, carried, [
+            n for n in uris.listdir(rec["experiment_dirs"][0]) if n.startswith("callback-states-")])
         c = rec["counts"]
         assert c["total"] == 8 and f"8 done ({c['early_stopped']} stopped early)" in _final_counts_line(said), \
             ("the extension's status line counts every trial of the sweep", _final_counts_line(said), c)

@@ -199,11 +199,11 @@ class _Delegating:
             return
         from sweeps.execution.run import session
 
-        tracker: Any = session.session(self.name).callbacks.get("given0")
-        note = getattr(tracker, "note_rung", None)
+        note = getattr(session.session(self.name).callbacks.get("given0"), "note_rung", None)
+        if note is None:
+            return
         for trial_id, kind, where in events:
-            if note is not None:
-                note(trial_id, kind, where)
+            note(trial_id, kind, where)
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
         self.inner.on_trial_complete(tune_controller, trial, result)
