@@ -335,3 +335,21 @@ def test_scheduler_state_refuses_a_scheduler_that_does_not_pickle_or_does_not_co
     assert "does not come back whole" in said and "_memo" in said, said
     monkeypatch.setattr(scheduler_state, "_kinds", lambda: [Forgets])
     assert "Forgets's state does not come back whole" in (scheduler_state._probe() or "")
+
+
+def test_tune_trials_reads_the_same_trials_with_the_lever_on_or_off(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Any) -> None:
+    """The experiment's trials as Tune's ExperimentAnalysis reads them, whether or not it reads their results into
+    pandas (a saved Ray 2.60 experiment, copied)."""
+    import shutil
+    from pathlib import Path
+
+    exp = tmp_path / "asha"
+    shutil.copytree(Path(__file__).parent / "golden" / "2.60.0" / "asha", exp)
+    seen = []
+    for off in ("", "tune_trials"):
+        monkeypatch.setenv(core.OFF, off)
+        core.forget()
+        assert core.applies(tune_trials.LEVER) is (off == "")
+        seen.append(sorted((t.trial_id, t.status, t.config.get("lr")) for t in tune_trials.trials(str(exp))))
+    assert seen[0] == seen[1] and len(seen[0]) == 4, seen
