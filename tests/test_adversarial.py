@@ -64,6 +64,9 @@ CASES: list[tuple[list[str], str]] = [
      "security.allowed_targets[0]: 'pandas' may never be allowed"),
     (["run", Q, "+searcher._partial_=sometimes"], "searcher._partial_: must be true or false"),
     (["run", Q, "+searcher._target=os.system"], "searcher._target: looks like Hydra's '_target_'"),
+    # -- a local MLflow store for a cluster's trials, refused before the cluster is contacted (none answers here)
+    (["run", Q, "cluster=remote", "cluster.address=127.0.0.1:9"],
+     "tracking.uri: 'sqlite:///"),
     # -- path traversal in names, aliases and ids
     (["run", Q, "sweep.name=.."], "sweep.name: '..' may only hold"),
     (["run", Q, "sweep.name=../../etc"], "sweep.name: '../../etc'"),

@@ -39,12 +39,12 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
 
     Order matters: the plan and the tracking/storage probes run before anything is written.
     """
+    check_remote(spec)  # a settings error: said before any cluster is contacted
     local = spec.cluster.mode == "local"
     pre = plan.make_plan(spec, plan.local_resources(spec), local=True) if local else None
     if not local:
         raystart.enable_driver_auth()  # before Ray is imported where it can be: Ray reads the mode at import
         versions.check(spec.cluster.address or os.environ.get("RAY_ADDRESS"))  # Ray's and Python's, first
-    check_remote(spec)
     if not local:
         remote.check_node_types(spec)
     mc.probe(spec.tracking.uri)
