@@ -4,6 +4,8 @@
 One cluster serves the module (tests/cluster_harness.py): a 0-CPU head, so every trial must run on a worker
 node, and worker nodes started in their own mount namespace where the checkout and the editable install are
 hidden (``import sweeps`` fails there: asserted). Token authentication is on for every node and client.
+Storage is S3, but for a shared folder under /tmp (PBT) and a folder inside the checkout that the nodes cannot see
+(refused as node-local).
 The tests run in file order on purpose: the first one starts its sweep on the bare head (autoscaling shape) and
 adds the worker node; the last one adds a second node and kills one.
 """
@@ -18,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cluster_harness import REPO, Cluster, S3Server, WorkerNode, start_s3, wait_until
+from cluster_harness import REPO, Cluster, S3Server, WorkerNode, hidden_checkouts, start_s3, wait_until
 from conftest import SweepsEnv, clean_clone, mlflow_client
 
 from sweeps import uris
@@ -249,21 +252,77 @@ def test_s3_sweep_waits_for_a_node_then_runs_report_resume_extend_promote_sync_d
 
 @pytest.mark.timeout(1500)
 def test_pbt_with_more_trials_than_slots_on_nodes_without_the_project(parts: Parts, tmp_path: Path) -> None:
-    """Synchronous PBT, 3 trials, room for 2: paused trials must not hold a slot (else: deadlock); exploits
-    copy a donor's S3 checkpoint into another trial; everything runs on the worker node."""
+    """Synchronous PBT, 3 trials, room for 2, on a shared-filesystem ``storage.path``: a plain folder under /tmp
+    that every node sees (only the checkout is hidden there), given as a user gives it with ``cluster=remote``.
+    The check that every node sees the path lets it through; paused trials must not hold a slot (else:
+    deadlock); the sweep's experiment folder and every trial's checkpoints are written under that path from the
+    worker node; exploits copy a donor's checkpoint there into another trial; everything runs on the worker
+    node. (S3 storage on the cluster: the other tests here.)"""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
-    out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('pbt')}", "scheduler=pbt",
-                        "scheduler.synch=true", "scheduler.perturbation_interval=2", "scheduler.quantile_fraction=0.34",
-                        "scheduler.hyperparam_mutations={lr: {dist: loguniform, low: 0.001, high: 0.1}}",
-                        "sweep.num_samples=3", "sweep.max_concurrent_trials=0", "trainable.params.epochs=3",
-                        "checkpoint.num_to_keep=4", extra_env=parts.driver_env(), timeout=1400), "PBT sweep")
-    rec = record(env)
-    assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
-    rows = all_rows(env)
-    assert {r["node_id"] for r in rows} == {w.node_id}
-    exploits = [r for r in rows if r.get("restored_from") and r["restored_from"] != r["trial_id"]]
-    assert exploits, "PBT copied no donor checkpoint into another trial"
+    shared = Path(tempfile.mkdtemp(prefix="sweeps-shared-", dir="/tmp"))  # outside every hidden checkout
+    assert not any(shared.is_relative_to(d) for d in hidden_checkouts())
+    try:
+        out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={shared}", "scheduler=pbt",
+                            "scheduler.synch=true", "scheduler.perturbation_interval=2",
+                            "scheduler.quantile_fraction=0.34",
+                            "scheduler.hyperparam_mutations={lr: {dist: loguniform, low: 0.001, high: 0.1}}",
+                            "sweep.num_samples=3", "sweep.max_concurrent_trials=0", "trainable.params.epochs=3",
+                            "checkpoint.num_to_keep=4", extra_env=parts.driver_env(), timeout=1400), "PBT sweep")
+        assert "node-local" not in out, out[-3000:]
+        rec = record(env)
+        assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
+        sid = rec["sweep_id"]
+        assert rec["storage_path"] == str(shared) and rec["experiment_dirs"] == [str(shared / sid)], rec
+        trials = sorted(p for p in (shared / sid).iterdir() if p.name.startswith("run_trial"))
+        assert len(trials) == 3, sorted(p.name for p in (shared / sid).iterdir())
+        for t in trials:  # written by the trials on the worker node, straight into the shared folder
+            ckpts = sorted(t.glob("checkpoint_*"))
+            assert ckpts and all(any(c.iterdir()) for c in ckpts), (t.name, ckpts)
+        assert not list(shared.glob(".sweeps-shared-*")), "the visibility check left its marker behind"
+        rows = all_rows(env)
+        assert len({r["trial_id"] for r in rows}) == 3 and {r["node_id"] for r in rows} == {w.node_id}
+        exploits = [r for r in rows if r.get("restored_from") and r["restored_from"] != r["trial_id"]]
+        assert exploits, "PBT copied no donor checkpoint into another trial"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+def test_a_node_local_storage_path_is_refused_before_any_trial(parts: Parts, tmp_path: Path) -> None:
+    """A POSIX ``storage.path`` that the nodes cannot see is refused before launch: a folder inside the checkout
+    (which every node's mount namespace hides), existing and writable on the driver's side, so only the nodes'
+    visibility check can refuse it. Exit 2, and the message names ``storage.path``, the path, "node-local" and
+    the blind nodes (the worker node and the head); nothing ran: no sweep record, no MLflow run (parent or
+    child), nothing left in the folder (no experiment or trial folder, the check's marker removed).
+    Shares the module's cluster and its worker node; runs no trial."""
+    env = SweepsEnv(tmp_path, seed_store=False)
+    c = parts.cluster
+    w = parts.worker()  # two nodes at least: a single-node cluster skips the check
+    m = mlflow_client(parts.mlflow.url)
+
+    def runs() -> set[str]:
+        ids = [e.experiment_id for e in m.search_experiments()]
+        return {r.info.run_id for r in m.search_runs(ids, max_results=1000)} if ids else set()
+
+    before = runs()
+    hidden = REPO / ".pytest_cache"  # inside the checkout (gitignored): hidden on every node
+    hidden.mkdir(exist_ok=True)
+    local = Path(tempfile.mkdtemp(prefix="node-local-", dir=hidden))
+    try:
+        proc = env.run("run", *TRIAL, *parts.remote(), f"storage.path={local}", "scheduler=fifo",
+                       "sweep.num_samples=1", "trainable.params.epochs=1", extra_env=parts.driver_env(), timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, f"exited {proc.returncode}\n{out[-4000:]}"
+        said = re.search(rf"storage\.path: {re.escape(str(local))} is node-local: node\(s\) ([0-9a-f, ]+) cannot see "
+                         r"it", out)
+        assert said, out[-4000:]
+        assert {w.node_id[:8], c.head.node_id[:8]} <= set(said.group(1).split(", ")), said.group(0)
+        assert record(env) == {}, "no sweep record: refused before the sweep started"
+        assert runs() == before, "no MLflow run: refused before the parent run and any trial's run"
+        assert local.is_dir() and not list(local.iterdir()), sorted(p.name for p in local.iterdir())
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
 
 
 @pytest.mark.timeout(1500)
