@@ -43,13 +43,23 @@ FAST_TIMEOUT_S = 120  # a hang in the fast tier fails that test within two minut
 DURATIONS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "test_durations.txt"
 
 
-def longest_first(durations: Path = DURATIONS) -> tuple[str, ...]:
-    """Test files by their summed time in the last recorded CI run (``--durations=0`` lines of
-    benchmarks/results/test_durations.txt), longest first; a file not recorded there runs after them."""
-    per_file: dict[str, float] = {}
+def recorded_seconds(durations: Path = DURATIONS) -> dict[str, float]:
+    """Each test's summed setup, call and teardown seconds in the last recorded CI run (``--durations=0`` lines of
+    benchmarks/results/test_durations.txt), by ``FILE::FUNCTION`` (a parametrised test's cases summed)."""
+    per_test: dict[str, float] = {}
     text = durations.read_text() if durations.is_file() else ""
-    for m in re.finditer(r"^\s*([\d.]+)s\s+(?:call|setup|teardown)\s+tests/([^:\s]+)::", text, re.M):
-        per_file[m[2]] = per_file.get(m[2], 0.0) + float(m[1])
+    for m in re.finditer(r"^\s*([\d.]+)s\s+(?:call|setup|teardown)\s+tests/([^:\s]+::[^\[\s]+)", text, re.M):
+        per_test[m[2]] = per_test.get(m[2], 0.0) + float(m[1])
+    return per_test
+
+
+def longest_first(durations: Path = DURATIONS) -> tuple[str, ...]:
+    """Test files by their summed time in the last recorded CI run, longest first; a file not recorded there runs
+    after them."""
+    per_file: dict[str, float] = {}
+    for test, seconds in recorded_seconds(durations).items():
+        name = test.split("::")[0]
+        per_file[name] = per_file.get(name, 0.0) + seconds
     return tuple(sorted(per_file, key=lambda name: -per_file[name]))
 
 

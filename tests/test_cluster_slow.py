@@ -170,7 +170,7 @@ def test_s3_sweep_waits_for_a_node_then_runs_report_resume_extend_promote_sync_d
     The sweep starts on a 0-CPU head and waits ("waiting for resources"); a worker node joins; a trial fails
     once and Tune retries it from its S3 checkpoint; the driver is SIGKILLed; resume, extend, report, promote
     (reading the checkpoint from S3), sync and doctor all work from the s3:// location.
-    """
+    Why its own sweep: the cluster grows under it and its driver is SIGKILLed; every later command shares it."""
     env = SweepsEnv(tmp_path, seed_store=False)
     c, store = parts.cluster, parts.s3.uri("sweeps")
     assert not c.workers, "this test starts on the bare head: run the module in file order"
@@ -461,7 +461,8 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
 @pytest.mark.timeout(1500)
 def test_node_loss_restores_the_trial_that_ran_there(parts: Parts, tmp_path: Path) -> None:
     """Two worker nodes; the one a trial runs on is SIGKILLed mid-trial. That trial continues from a checkpoint
-    taken before the kill (in S3: the node's disk is gone), its epochs never restart, and every trial finishes."""
+    taken before the kill (in S3: the node's disk is gone), its epochs never restart, and every trial finishes.
+    Why its own sweep: a node is SIGKILLed under it."""
     env = SweepsEnv(tmp_path, seed_store=False)
     c = parts.cluster
     parts.worker()

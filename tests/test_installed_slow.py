@@ -112,6 +112,9 @@ def ok(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.timeout(2400)
 def test_the_wheel_on_the_floor_ray_runs_from_empty_folders_and_writes_nothing_into_site_packages(
         tmp_path: Path) -> None:
+    """The installed wheel beside the floor Ray, every command from an empty folder (the module's docstring lists
+    them). Why its own sweeps: they run from a fresh virtualenv without this checkout; every command of the wheel
+    shares that one environment."""
     inst = Installed(tmp_path).create()
     try:
         before = inst.site_packages()

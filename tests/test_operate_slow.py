@@ -72,6 +72,8 @@ def _running_trial(p: Project) -> str:
 
 
 def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path) -> None:
+    """Every verb, from the CLI and from the Python API, in turn on one sweep while it runs. Why its own sweep: the
+    verbs act on a sweep while it runs and change what it does."""
     from sweeps.ops import operate
 
     p = Project(tmp_path)

@@ -54,7 +54,7 @@ def test_a_preemption_notice_checkpoints_and_the_trial_resumes_on_another_node(p
     """The trial's loop sees Train's notice, checkpoints at once (off its every-6-epochs schedule), and after the
     deadline its worker group restarts on the third node from that checkpoint: no reported epoch is redone (only
     the one in flight), Train charges it to ``max_preemption_failures`` (every failure budget is 0), the loop
-    counts 1 preemption, and the run in MLflow says so. Its own sweep and cluster: no other test drains a node
+    counts 1 preemption, and the run in MLflow says so. Why its own sweep and cluster: no other test drains a node
     with a notice, and the layout (drivers pinned to a stable node, the worker alone on the spot one, a third node
     joining mid-trial) is what the promise is about."""
     env = SweepsEnv(tmp_path, seed_store=False)

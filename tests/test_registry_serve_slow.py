@@ -75,6 +75,8 @@ def loaded(promoted: dict[str, SweepsEnv], fresh_venv: FreshVenv) -> list[dict[s
 
 @pytest.mark.slow
 def test_the_fresh_venv_holds_neither_sweeps_nor_trainables(loaded: list[dict[str, Any]]) -> None:
+    """Shares the module's two sweeps and their promoted models (fixture ``loaded``): the fresh virtualenv that loads
+    them has neither sweeps nor the trainables."""
     where = loaded[-1]
     assert not where["sweeps"] and not where["trainables"], where
     assert str(REPO) not in where["path"], where["path"]  # run from the venv, not from the repository

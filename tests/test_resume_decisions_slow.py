@@ -62,7 +62,8 @@ def test_asha_stopped_twice_sigterm_then_sigkill_decides_as_the_straight_run_and
     Then the same sweep down its unhappy paths (:func:`_stopped_extension_and_the_ways_out`): a third run (an
     extension) is refused to sync, resume and extend while it is live, stopped by SIGTERM then Ctrl-C, its
     ``tuner.pkl`` cut short with no good copy (resume says so in one line, extend is the way out), and an
-    extension stopped before Tune started leaves the sweep as it was."""
+    extension stopped before Tune started leaves the sweep as it was.
+    Why its own sweep: the stops are the subject; the unhappy paths of an extension share it."""
     p = Project(tmp_path)
     try:
         out = stop_after(p, p.start("run", *ASHA), 2, signal.SIGTERM)

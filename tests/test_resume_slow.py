@@ -118,6 +118,8 @@ def _frozen_when(proc: subprocess.Popen, ready: Callable[[], object]) -> bool:
 
 
 def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
+    """SIGKILL of the driver, then `resume`, then `extend` with the restored Optuna searcher. Why its own sweep: the
+    kill is the subject."""
     env = SweepsEnv(tmp_path)
     try:
         # Every new checkpoint ranks below the kept ones (mode=min on a rising accuracy), so Tune deletes the
@@ -204,6 +206,8 @@ def _last_epoch(env: SweepsEnv) -> int:
 
 
 def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
+    """A Train worker SIGKILLed mid-trial: the trial restarts from its checkpoint. Why its own sweep: the kill is the
+    subject."""
     # SLOW_EPOCHS leaves seconds to find and kill a worker mid-trial; with the quickstart's net the 10 epochs once
     # ended between two polls and there was nothing left to kill (CI, stop 14).
     epochs = 14

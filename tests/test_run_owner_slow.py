@@ -173,7 +173,8 @@ def test_a_hosted_sweep_stops_without_signals_and_stays_alive_through_slow_uploa
     - the live folder refuses answers for a while: the sweep goes on and answers once it can;
     - ``sweeps stop`` from another shell ends it (the API returns ``interrupted``, ``stopped``), ``stop --now``
       ends its resume, the stall watchdog a third sweep: the host's SIGINT handler never runs.
-    """
+    Why its own sweeps: a host program's thread and SIGINT handler, a slow artifact store and a short lease are the
+    subject; stop, stop --now and the stall watchdog share the host."""
     import time
 
     from slowstore import SlowProxy

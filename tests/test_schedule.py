@@ -471,6 +471,8 @@ def trials_in_order(rec: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_two_nights_one_lock_and_a_warm_start_from_the_previous_top_k(sweeps_env: Any) -> None:
     # --systemd writes the unit files under the test's HOME: no crontab involved.
+    """Two `schedule run`s at once (exactly one sweeps), then a second night that warm-starts from the first's top-k.
+    Why its own sweeps: two nights of one schedule are the subject."""
     sweeps_env.run("schedule", "add", "nightly", *NIGHT, "--cron", "0 2 * * *", "--systemd", check=True,
                    timeout=120)
     assert (sweeps_env.user_home / ".config/systemd/user/sweeps-nightly.timer").is_file()

@@ -126,6 +126,9 @@ def promote_and_load(env: SweepsEnv, sweep_id: str, model: str, task: str) -> di
 
 def test_lightning_script_stopped_by_sigterm_resumes_each_trial_from_its_checkpoint_and_promotes(
         project: SweepsEnv) -> None:
+    """The Lightning script's sweep, stopped by SIGTERM mid-trial and resumed: each trial goes on from its checkpoint,
+    and the best is promoted. Why its own sweep: the stop is the subject (a sweep runs one trainable); resume and
+    promotion share it."""
     env = project
     scaffold(env, "lit", "lightning_digits.py")
     # batch 8: epochs long enough (~1 s) to stop the sweep mid-trial
@@ -161,6 +164,8 @@ def test_lightning_script_stopped_by_sigterm_resumes_each_trial_from_its_checkpo
 
 
 def test_pbt_of_the_lightning_script_applies_the_mutated_learning_rate_after_the_exploit(project: SweepsEnv) -> None:
+    """PBT of the Lightning script: after an exploit the script trains with the mutated learning rate. Why its own
+    sweep: a sweep has one scheduler; it shares the scaffolded project with the other Lightning test."""
     env = project
     if not (env.root / "conf" / "trainable" / "lit.yaml").is_file():
         scaffold(env, "lit", "lightning_digits.py")
@@ -194,6 +199,8 @@ def test_pbt_of_the_lightning_script_applies_the_mutated_learning_rate_after_the
 def test_script_swept_with_asha_on_two_workers_then_promoted_and_loaded(
         project: SweepsEnv, name: str, script: str, fixed: tuple[str, ...], metric: str, knob: str, task: str,
         epochs: str) -> None:
+    """A script swept as it is, on 2 Train workers per trial, promoted, and its model loaded in a fresh process. Why
+    its own sweep per script: a sweep runs one trainable; each sweep holds every promise of its kind."""
     env = project
     scaffold(env, name, script, *fixed)
     started = time.monotonic()

@@ -44,6 +44,7 @@ def _leaks(roots: list[Path]) -> dict[str, list[str]]:
 
 
 def test_no_secret_at_rest_after_a_real_sweep(tmp_path: Path) -> None:
+    """Why its own sweep: every byte under its folder is searched after it, so nothing else may share the folder."""
     from sweeps.tracking import server as mlflow_server
 
     env = SweepsEnv(tmp_path)

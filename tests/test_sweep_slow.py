@@ -49,6 +49,7 @@ def asha(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepsEnv, dict, str
 
 
 def test_asha_sweep_trains_reports_and_stops_early(asha) -> None:  # noqa: ANN001
+    """Shares the module's 2-worker ASHA sweep (fixture ``asha``) with the run-tree and start-stage tests."""
     env, rec, stdout = asha
     trials = _trials(env, rec)
     assert len(trials) == 4

@@ -299,6 +299,8 @@ def wine_sweep(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.mark.slow
 def test_ray_data_sweep_shards_disjointly_and_reaches_tune_and_mlflow(wine_sweep) -> None:  # noqa: ANN001
+    """Shares the module's Ray Data sweep (fixture ``wine_sweep``): disjoint shards per worker, every epoch in Tune and
+    MLflow."""
     import pyarrow.parquet as pq
 
     env, rec = wine_sweep

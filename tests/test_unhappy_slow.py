@@ -103,7 +103,8 @@ def _windows(rec: dict) -> list[tuple[float, float]]:
 
 def test_time_budget_with_unbounded_trials_stops_and_concurrency_holds_across_a_resume(tmp_path: Path) -> None:
     """The time budget is the sweep's: stopped (SIGTERM) after it counted some seconds, the resumed run gets what
-    is left of it, not the whole budget again; one trial at a time throughout."""
+    is left of it, not the whole budget again; one trial at a time throughout.
+    Why its own sweep: no other sweep has a time budget, and it is stopped to be resumed."""
     env = SweepsEnv(tmp_path)
     try:
         # One-epoch trials and 80 s: room for two trials even when each takes ~30 s to start on a busy box.

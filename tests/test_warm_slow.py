@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_an_unchecked_ray_runs_the_sweep_on_rays_public_path_and_says_so(tmp_path: Path) -> None:
+    """Why its own sweep: the whole driver process, Ray included, must start on the public path."""
     env = SweepsEnv(tmp_path)
     try:
         out = env.run("run", "+experiment=quickstart", "scheduler=fifo", "sweep.num_samples=2",
