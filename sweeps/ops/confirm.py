@@ -4,7 +4,9 @@ the pessimistic end of their 95% interval (``python -m sweeps confirm SWEEP_ID -
 The re-runs are Ray Tune trials of their own experiment (``<sweep>-confirm<N>``, listed in the record's
 ``confirm_dirs``), with no early stopping, logged as child runs of the sweep's parent run and tagged with their
 configuration's digest (``sweeps.config_digest``) so the MLflow UI groups them. The intervals go into the
-record (``confirmed``), the parent run's tags and the report's "Confirmed" section.
+record (``confirmed``), the parent run's tags and the report's "Confirmed" section. A configuration confirmed
+again pools its re-runs: each interval holds every fresh seed of that configuration across the sweep's confirms
+(its ``n``), and the confirm says which configurations did.
 """
 
 from __future__ import annotations
@@ -97,6 +99,10 @@ def run_confirm(spec: SweepSpec, rec: store.SweepRecord, plan: Any, c: Any, top_
         run.end()
     found = intervals(load_records(rec.confirm_dirs, rec.metric, rec.mode), rec.metric, rec.mode)
     note = winner_note(found, (rec.best or {}).get("params"))
+    pooled = [i.digest for i in found if i.n > seeds]
+    if pooled:  # every fresh seed of a configuration is evidence: an earlier confirm's re-runs count as well
+        note = " ".join(filter(None, [note, f"{', '.join(pooled)} also count(s) the re-runs of an earlier confirm "
+                                            f"(n above {seeds})."]))
     rows = [{"digest": i.digest, "params": i.params, "n": i.n, "mean": i.mean, "std": i.std, "low": i.low,
              "high": i.high, "pessimistic": i.pessimistic} for i in found]
     rec = store.update(rec.sweep_id, confirmed=rows)
