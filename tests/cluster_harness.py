@@ -188,6 +188,76 @@ def hidden_checkouts() -> list[Path]:
     return out
 
 
+GCS_LOOP = """
+import json, sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print("GCS-READY", flush=True)
+for line in sys.stdin:
+    scope = {"ray": ray}
+    try:
+        exec(json.loads(line), scope)
+        print("GCS-OUT " + json.dumps(scope["out"]), flush=True)
+    except Exception as e:
+        print("GCS-ERR " + json.dumps(repr(e)), flush=True)
+"""
+
+
+class GcsClient:
+    """One driver connected to a cluster's GCS for the whole test (``ray.init`` once), running each probe sent to
+    it: a probe costs a round trip, not a Python process and a ``ray.init`` (seconds each on 2 cores). Probes from
+    several threads are answered one at a time."""
+
+    def __init__(self, address: str, env: dict[str, str], cwd: Path) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-c", GCS_LOOP, address], env=env, cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     bufsize=0, start_new_session=True)
+        self.ready, self.buf = False, b""
+
+    def _line(self, deadline: float) -> str:
+        """The driver's next ``GCS-...`` line (its other output skipped), read unbuffered so none waits unseen."""
+        import select
+        import time
+
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                if line.startswith(b"GCS-"):
+                    return line.decode()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("gcs probe", 0)
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise AssertionError(f"the GCS probe driver exited ({self.proc.poll()})")
+                self.buf += chunk
+
+    def ask(self, code: str, timeout: float) -> object:
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            if not self.ready:
+                if self._line(deadline) != "GCS-READY":
+                    raise AssertionError("the GCS probe driver did not connect")
+                self.ready = True
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(code) + "\n").encode())
+            line = self._line(deadline)
+        if not line.startswith("GCS-OUT "):
+            raise AssertionError(f"GCS probe failed: {line}")
+        return json.loads(line[len("GCS-OUT "):])
+
+    def close(self) -> None:
+        _kill_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
 @dataclass
 class Cluster:
     """A 0-CPU head plus worker nodes that do not have this project, all on 127.0.0.1, token auth on."""
@@ -200,6 +270,7 @@ class Cluster:
     dashboard_port: int = 0
     workers: list[WorkerNode] = field(default_factory=list)
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rc", dir="/tmp")))
+    _gcs: GcsClient | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
@@ -337,15 +408,16 @@ class Cluster:
             return []
 
     def gcs(self, code: str, timeout: float = 120) -> object:
-        """Run ``code`` (which sets ``out``) in a short-lived driver of this cluster: its GCS, no dashboard."""
-        script = (f"import json, ray\nray.init(address={self.address!r}, logging_level='ERROR', "
-                  f"log_to_driver=False)\n{code}\nprint('GCS-OUT ' + json.dumps(out))")
-        proc = subprocess.run([sys.executable, "-c", script], env=self.client_env(), capture_output=True, text=True,
-                              timeout=timeout, cwd=self.tmp)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("GCS-OUT ")), None)
-        if line is None:
-            raise AssertionError(f"GCS probe failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        return json.loads(line[len("GCS-OUT "):])
+        """Run ``code`` (which sets ``out``) in this cluster's one long-lived probe driver (:class:`GcsClient`: its
+        GCS, no dashboard), started on first use and again after it failed."""
+        if self._gcs is None:
+            self._gcs = GcsClient(self.address, self.client_env(), self.tmp)
+        try:
+            return self._gcs.ask(code, timeout)
+        except (AssertionError, subprocess.TimeoutExpired):
+            self._gcs.close()
+            self._gcs = None
+            raise
 
     def _node_ids(self) -> dict[str, str]:
         """temp dir -> node id of the alive nodes (each node's object store socket lies in its temp dir)."""
@@ -365,6 +437,9 @@ class Cluster:
         return found
 
     def shutdown(self) -> None:
+        if self._gcs is not None:
+            self._gcs.close()
+            self._gcs = None
         for w in self.workers:  # SIGKILL: a test cluster has nothing to drain (SIGTERM drains up to 30 s)
             w.kill()
         if self.head is not None:

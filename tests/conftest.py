@@ -281,6 +281,7 @@ SERVED_TINY = [
     "+experiment=quickstart", f"sweep.num_samples={SERVED_TRIALS}", f"trainable.params.epochs={SERVED_EPOCHS}",
     f"scheduler.max_t={SERVED_EPOCHS}", "scheduler.grace_period=1",
     "cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=60",
+    "trainable.num_workers=1",  # in the trial's own process: the server is the promise, not workers
 ]
 
 

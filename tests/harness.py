@@ -79,6 +79,13 @@ class Sweep:
         assert self.driver is not None, "start() first"
         os.killpg(self.driver.pid, sig)
 
+    @classmethod
+    def only(cls, env: SweepsEnv, cwd: Path | None = None) -> Sweep:
+        """The environment's one sweep (fails, naming what it holds, when it holds none or several)."""
+        ids = cls(env).ids()
+        assert len(ids) == 1, f"one sweep expected in {env.home / 'sweeps'}: {sorted(ids)}"
+        return cls(env, cwd, sweep_id=next(iter(ids)))
+
     # -- reading -------------------------------------------------------------------------------------------
     def ids(self) -> set[str]:
         index = self.env.home / "sweeps"

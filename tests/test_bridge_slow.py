@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SweepsEnv
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +21,7 @@ def _rows(trial_dir: Path) -> list[dict]:
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv, trial_dirs, wait_for
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +31,7 @@ DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def _rows(trial_dir: Path) -> list[dict]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv
+from harness import Sweep
 
 torch = pytest.importorskip("torch")
 
@@ -25,8 +26,7 @@ def test_gpu_trial_trains_on_cuda(tmp_path: Path) -> None:
                 "trainable.use_gpu=true", f"trainable.num_workers={min(n, 2)}",
                 "trainable.resources_per_worker={CPU: 1, GPU: 1}", "trainable.params.epochs=3",
                 "report.enabled=false", check=True)
-        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(rec_path.read_text())
+        rec = Sweep.only(env).record()
         assert rec["status"] == "finished" and rec["best"]["value"] > 0.8
         # what the workers say they trained on (trainables.common.worker_facts), in Tune's result rows
         rows = [json.loads(line) for d in rec["experiment_dirs"] for f in Path(d).glob("*/result.json")

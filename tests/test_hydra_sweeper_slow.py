@@ -124,17 +124,20 @@ def test_a_hydra_app_swept_with_asha_stops_trials_early(tmp_path: Path) -> None:
 
 
 def test_a_task_that_only_returns_its_metric_over_config_group_options(tmp_path: Path) -> None:
-    """A task that reports nothing and returns its metric, swept over config-group options with a grid.
-    Why its own sweep: the other reports every epoch (ASHA needs it); this one must not report at all."""
+    """A task that reports nothing and returns its metric, swept over config-group options with a grid, each
+    trial on 2 Train workers (``hydra.sweeper.num_workers=2``, as a user scales a Hydra task out): the metric the
+    task returns is the trial's. Why its own sweep: the other reports every epoch (ASHA needs it); this one must
+    not report at all."""
     env = SweepsEnv(tmp_path / "env", seed_store=False)
     app = _app(tmp_path)
     try:
         _sweep(env, app, "model=small,large", "report_each_epoch=false", "epochs=2", "hydra.sweeper.searcher=grid",
                "hydra.sweeper.num_samples=1", "hydra.sweeper.metric=loss", "hydra.sweeper.mode=min",
-               "hydra.sweeper.num_workers=1")
+               "hydra.sweeper.num_workers=2")
     finally:
         env.cleanup()
     rec = _record(app)
+    assert rec["config"]["trainable"]["num_workers"] == 2, rec["config"]["trainable"]
     assert rec["status"] == "finished" and rec["counts"]["total"] == rec["counts"]["completed"] == 2
     trials = _trial_runs(app, rec)
     assert sorted(r.data.params["model"] for r in trials) == ["large", "small"]

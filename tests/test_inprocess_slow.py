@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv, trial_dirs
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -133,8 +134,7 @@ def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_
             assert f["threads"] == 2, ("the thread count is not the trial's 2 CPUs", f)
             assert "left-behind.txt" not in f["files"], ("the working directory of the trial before", f)
             assert f["checkpoint"] is False, ("get_checkpoint() returned the trial before's checkpoint", f)
-        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(rec_path.read_text())
+        rec = Sweep.only(env).record()
         # stopped at their first epoch, the second and third trials' loops took 4 s to end while the next trial
         # waited for their process: stopped early, none failed (Tune's 2 s wait failed the next trial)
         assert rec["counts"]["failed"] == 0 and rec["counts"]["early_stopped"] == 2, rec["counts"]

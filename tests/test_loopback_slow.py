@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv, mlflow_client, trial_dirs, wait_for
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +105,7 @@ def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
         assert len(sampler.seen) >= 10, sampler.seen
         assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
         # the rendezvous the workers used (reported by rank 0) is one of the Train workers' sampled listeners
-        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(rec_path.read_text())
+        rec = Sweep.only(env).record()
         assert rec["scheduler"] == "median"
         # what the sweep says about its listeners: the record (the report's line) and the parent run's tag
         assert rec["listeners"].startswith("loopback only ("), rec["listeners"]

@@ -7,12 +7,12 @@ and comes back once the driver has said that results which arrived meanwhile wer
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv, mlflow_client, wait_for
+from harness import Sweep
 
 from sweeps.tracking import server as mlflow_server
 
@@ -62,8 +62,7 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
                                   log_path=tmp_path / "srv2.log")
         proc.wait(timeout=600)
         assert proc.returncode == 0, "".join(out)[-4000:]
-        (rec_path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(rec_path.read_text())
+        rec = Sweep.only(env).record()
         children = c.search_runs([rec["mlflow_experiment_id"]],
                                  f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")
         assert len(children) == 2

@@ -1,4 +1,5 @@
-"""Operating a real running sweep from a second process: status, pause/unpause, trial stop, stop, stop --now.
+"""Operating a real running sweep from a second process: status, pause/unpause, trial stop, stop, stop --now, from
+the CLI and from the Python API (``sweeps.status/pause/unpause/stop_trial/stop``).
 
 One sweep of the deterministic project (:mod:`decisions`), one trial at a time, is operated through every verb
 in turn, each from its own ``python -m sweeps`` process, and each effect is read from what the sweep left
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,6 +65,15 @@ def _child_runs(p: Project) -> list:
     rec = p.record()
     c = mlflow_client(p.env.tracking_uri)
     return c.search_runs([rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")
+
+
+def _python(p: Project, code: str) -> dict:
+    """``python -c CODE`` in the project, as a user's script runs; the JSON it printed after ``PY ``."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=p.root, env=p.env.env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("PY ")]
+    return json.loads(line[3:])
 
 
 def _running_trial(p: Project) -> str:
@@ -120,6 +131,24 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         started = first["wall"] - first["startup/total_s"]  # when Tune took it up: the start's own figure
         assert started - applied_at < 10, ("the next trial started within 10 s of the stop", started - applied_at)
 
+        # the same verbs from Python, as a script or a notebook calls them (README: sweeps.status/pause/unpause/
+        # stop_trial), in one fresh interpreter: each answer as the API returns it
+        said = _python(p, """
+import json, sweeps
+s = sweeps.status("latest")
+paused, unpaused = sweeps.pause("latest"), sweeps.unpause("latest")
+try:
+    sweeps.stop_trial("latest", "no_such_trial")
+    refused = ""
+except sweeps.BadInput as e:
+    refused = str(e)
+print("PY " + json.dumps(dict(state=s["state"], alive=s["alive"], sweep=s["sweep_id"], paused=paused["state"],
+                              unpaused=unpaused["state"], refused=refused)))
+""")
+        assert (said["state"], said["alive"], said["sweep"]) == ("running", True, p.record()["sweep_id"]), said
+        assert (said["paused"], said["unpaused"]) == ("applied", "applied"), said
+        assert "no_such_trial" in said["refused"], said
+
         # stop: graceful; the command waits until it applies; a second stop while it is pending is refused; the
         # trial that ran reported again with a checkpoint; the driver exits 130 with every run closed at once
         running, asked = _running_trial(p), time.time()
@@ -144,7 +173,8 @@ def test_every_verb_against_a_running_sweep_from_another_process(tmp_path: Path)
         resumed = p.start("resume", "latest")
         killed = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[-1]["wall"] > since), None), 300,
                           0.5, "a trial of the resumed run to report")
-        assert "applied" in _ok(p.run("stop", "latest", "--now"))
+        now = _python(p, 'import json, sweeps; print("PY " + json.dumps(sweeps.stop("latest", now=True)))')
+        assert now["state"] == "applied" and now["verb"] == "stop_now", now  # from Python (the CLI's --now: run owner)
         resumed.communicate(timeout=180)
         assert resumed.returncode == 130
         status_now = {r.data.tags["sweeps.trial_id"]: r.info.status for r in _child_runs(p)}

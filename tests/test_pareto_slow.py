@@ -4,12 +4,12 @@ accuracy, and a size constraint that excludes part of the space."""
 from __future__ import annotations
 
 import csv
-import json
 import pickle
 from pathlib import Path
 
 import pytest
 from conftest import FAST, SweepsEnv, mlflow_client
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
     env = SweepsEnv(tmp_path)
     try:
         proc = env.run("run", "+experiment=digits_pareto", "sweep.num_samples=4", "trainable.params.epochs=3",
-                       "scheduler.grace_period=1",
+                       "scheduler.grace_period=1", "trainable.num_workers=1",
                        "search_space.hidden_size={dist: choice, values: [4, 8, 16, 32, 64, 96]}",
                        "+search_space.num_layers={dist: choice, values: [1, 2]}",
                        "search_space.lr={dist: choice, values: [0.03]}", "sweep.constraints={model/params: '<= 5000'}",
@@ -32,8 +32,7 @@ def test_nsga2_with_asha_front_constraint_and_tags(tmp_path: Path) -> None:
                        # sizes (a front), one too big
                        f"sweep.points_to_evaluate=[{','.join(POINTS)}]", *FAST, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(path.read_text())
+        rec = Sweep.only(env).record()
         rows = list(csv.DictReader((env.root / "reports" / "digits_pareto" / rec["sweep_id"] / "trials.csv").open()))
         # the front, computed here from trials.csv alone: feasible points no other feasible point dominates
         pts = {r["trial_id"]: (float(r["point/val/acc"]), float(r["point/model/params"])) for r in rows

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def _rows(trial_dir: Path) -> list[dict]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SweepsEnv, mlflow_client, model_files
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -16,8 +17,7 @@ FAST = ["cluster.worker_start_timeout_s=60", "report.enabled=true"]
 
 
 def _record(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def best_epochs(t, metric: str, mode: str) -> set[int]:  # noqa: ANN001

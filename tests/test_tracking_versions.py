@@ -11,7 +11,6 @@ trials by hand: what it does with a 404 is the subject, not the sweep).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import FAST, SweepsEnv, mlflow_client
+from harness import Sweep
 
 from sweeps.tracking import callback, models, versions
 from sweeps.tracking import client as tracking
@@ -202,8 +202,7 @@ def older_sweep(older_server: tuple[str, Path], tmp_path_factory: pytest.TempPat
         proc = env.run("run", "+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1",
                        "trainable.in_process=true", "sweep.num_samples=2", "report.enabled=false", *FAST,
                        "trainable.params.epochs=2", f"tracking.uri={older_server[0]}", timeout=600, check=True)
-        (index,) = (env.home / "sweeps").glob("[!.]*.json")
-        yield env, json.loads(index.read_text()), proc.stdout + proc.stderr
+        yield env, Sweep.only(env).record(), proc.stdout + proc.stderr
     finally:
         env.cleanup()
 

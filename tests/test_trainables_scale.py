@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import SweepsEnv, mlflow_client, model_files
 from freshvenv import FreshVenv, invocations, requirements_file
+from harness import Sweep
 
 from trainables import charlm, common, tabular_data
 
@@ -258,8 +259,7 @@ FAST = ["cluster.health_check_interval_s=0.1", "cluster.worker_start_timeout_s=1
 
 
 def _record(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def _trials(rec: dict):  # noqa: ANN202

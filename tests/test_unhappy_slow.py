@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST, SweepsEnv, mlflow_client, trial_dirs, wait_for
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +23,7 @@ TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", "
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def _runs(env: SweepsEnv, rec: dict, status: str | None = None) -> list:

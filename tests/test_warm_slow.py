@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST, SweepsEnv
+from harness import Sweep
 
 from sweeps import uris
 from sweeps.execution.levers import core as levers_core
@@ -30,8 +31,7 @@ def test_an_unchecked_ray_runs_the_sweep_on_rays_public_path_and_says_so(tmp_pat
                       extra_env={levers_core.TEST_RAY_VERSION: "2.61.0"}, timeout=600)
         said = out.stdout + out.stderr
         assert out.returncode == 0, said[-4000:]
-        (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-        rec = json.loads(path.read_text())
+        rec = Sweep.only(env).record()
         assert rec["counts"]["completed"] == 2, rec["counts"]
         # an hours budget with random search (the budget's gate, a public SearchAlgorithm wrapper) counted
         assert rec["hours"]["cpu_budget"] == 5 and rec["hours"]["cpu_used"] > 0, rec["hours"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST, SweepsEnv, mlflow_client, trial_dirs
+from harness import Sweep
 from test_notify import Receiver
 
 pytestmark = pytest.mark.slow
@@ -17,8 +18,7 @@ TINY = ["+experiment=quickstart", "scheduler=fifo", "trainable.num_workers=1", *
 
 
 def _index(env: SweepsEnv) -> dict:
-    (path,) = list((env.home / "sweeps").glob("[!.]*.json"))
-    return json.loads(path.read_text())
+    return Sweep.only(env).record()
 
 
 def _best(rows: list[dict], metric: str) -> float:
