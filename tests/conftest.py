@@ -192,6 +192,16 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     env.cleanup()
 
 
+@pytest.fixture
+def sweep(tmp_path: Path) -> Iterator[Any]:
+    """A :class:`harness.Sweep` in a fresh :class:`SweepsEnv` under the test's folder, its Ray cleaned up after."""
+    from harness import Sweep
+
+    env = SweepsEnv(tmp_path)
+    yield Sweep(env)
+    env.cleanup()
+
+
 @pytest.fixture(scope="session")
 def _local_ray_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One HOME (Ray's auth token) for every in-process Ray of this test process: Ray keeps the token it read

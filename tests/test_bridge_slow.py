@@ -62,49 +62,43 @@ DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric
         "report.enabled=false", "cluster.health_check_interval_s=0.1"]
 
 
-def test_ray_docs_loop_continues_from_the_pbt_donor(tmp_path: Path) -> None:
+def test_ray_docs_loop_continues_from_the_pbt_donor(sweep: Sweep) -> None:
     """Issue 23: a loop that only calls ``ray.train.get_checkpoint()`` (2 workers) gets the donor's weights.
     Why its own sweep: the Ray-docs loop under PBT (ray_docs_pbt) is the subject; no other sweep runs it."""
-    env = SweepsEnv(tmp_path)
-    try:
-        env.run("run", "+experiment=ray_docs_pbt", "sweep.num_samples=1", "sweep.max_concurrent_trials=2",
-                "trainable.params.epochs=4", "search_space.lr={dist: grid, values: [0.00001, 0.05]}",
-                "report.enabled=false", check=True, timeout=900)
-        exp = Path(_index(env)["experiment_dirs"][0])
-        dirs = {d.name.split("_")[4]: d for d in exp.iterdir() if d.is_dir() and d.name.startswith("run_")}
-        policy = [json.loads(x) for x in (exp / "pbt_global.txt").read_text().splitlines() if x.strip()]
-        assert policy, "PBT never exploited"
-        target, donor = policy[0][:2]
-        rows, donor_rows = _rows(dirs[target.split("_")[0]]), _rows(dirs[donor.split("_")[0]])
-        k = next(i for i, r in enumerate(rows) if i > 0 and r["iterations_since_restore"] == 1)  # 1st restore
-        before, after = rows[k - 1], rows[k]
-        # Tune restores the donor's iteration count with its checkpoint (PBT's log lags in synchronous mode)
-        at_clone = next(r for r in donor_rows if r["training_iteration"] == after["training_iteration"] - 1)
-        assert after["epoch"] == at_clone["epoch"] + 1, (before, after, at_clone)
-        # the donor's weights: the recipient's loss jumps to the donor's level, away from its own
-        assert abs(after["val_loss"] - at_clone["val_loss"]) < 0.5 * abs(before["val_loss"] - at_clone["val_loss"]), \
-            (before["val_loss"], after["val_loss"], at_clone["val_loss"])
-        assert not list(exp.parent.glob("*-train/*")), ("Train run folders left behind",
-                                                         [str(p) for p in exp.parent.glob("*-train/**/*")])
-        assert not list(exp.glob("*/sweeps-donor-*")), "PBT pins left behind"
-    finally:
-        env.cleanup()
+    env = sweep.env
+    env.run("run", "+experiment=ray_docs_pbt", "sweep.num_samples=1", "sweep.max_concurrent_trials=2",
+            "trainable.params.epochs=4", "search_space.lr={dist: grid, values: [0.00001, 0.05]}",
+            "report.enabled=false", check=True, timeout=900)
+    exp = Path(_index(env)["experiment_dirs"][0])
+    dirs = {d.name.split("_")[4]: d for d in exp.iterdir() if d.is_dir() and d.name.startswith("run_")}
+    policy = [json.loads(x) for x in (exp / "pbt_global.txt").read_text().splitlines() if x.strip()]
+    assert policy, "PBT never exploited"
+    target, donor = policy[0][:2]
+    rows, donor_rows = _rows(dirs[target.split("_")[0]]), _rows(dirs[donor.split("_")[0]])
+    k = next(i for i, r in enumerate(rows) if i > 0 and r["iterations_since_restore"] == 1)  # 1st restore
+    before, after = rows[k - 1], rows[k]
+    # Tune restores the donor's iteration count with its checkpoint (PBT's log lags in synchronous mode)
+    at_clone = next(r for r in donor_rows if r["training_iteration"] == after["training_iteration"] - 1)
+    assert after["epoch"] == at_clone["epoch"] + 1, (before, after, at_clone)
+    # the donor's weights: the recipient's loss jumps to the donor's level, away from its own
+    assert abs(after["val_loss"] - at_clone["val_loss"]) < 0.5 * abs(before["val_loss"] - at_clone["val_loss"]), \
+        (before["val_loss"], after["val_loss"], at_clone["val_loss"])
+    assert not list(exp.parent.glob("*-train/*")), ("Train run folders left behind",
+                                                     [str(p) for p in exp.parent.glob("*-train/**/*")])
+    assert not list(exp.glob("*/sweeps-donor-*")), "PBT pins left behind"
 
 
-def test_ray_docs_loop_resumes_after_a_tune_retry(tmp_path: Path) -> None:
+def test_ray_docs_loop_resumes_after_a_tune_retry(sweep: Sweep) -> None:
     """A Ray-docs loop that fails once at epoch 2 is retried by Tune and goes on from its checkpoint (each epoch
     reported once).
     Why its own sweep: its trial fails on purpose (fail_once_at_epoch), which no shared sweep may."""
     from sweeps.reports.results import load_records
 
-    env = SweepsEnv(tmp_path)
-    try:
-        env.run("run", *DOCS, "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1",
-                "trainable.params.epochs=5", "+trainable.params.fail_once_at_epoch=2", "failure.max_failures=1",
-                "failure.worker_max_failures=0", check=True, timeout=900)
-        rec = _index(env)
-        (trial,) = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 5)
-        assert trial.num_failures == 1 and trial.status == "TERMINATED", (trial.num_failures, trial.status)
-        assert [r["epoch"] for r in _rows(Path(trial.path))] == [0, 1, 2, 3, 4], "the retry restarted from 0"
-    finally:
-        env.cleanup()
+    env = sweep.env
+    env.run("run", *DOCS, "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1",
+            "trainable.params.epochs=5", "+trainable.params.fail_once_at_epoch=2", "failure.max_failures=1",
+            "failure.worker_max_failures=0", check=True, timeout=900)
+    rec = _index(env)
+    (trial,) = load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], 5)
+    assert trial.num_failures == 1 and trial.status == "TERMINATED", (trial.num_failures, trial.status)
+    assert [r["epoch"] for r in _rows(Path(trial.path))] == [0, 1, 2, 3, 4], "the retry restarted from 0"

@@ -85,41 +85,38 @@ class Sampler:
         return sorted(x for x in self.seen if not is_loopback(x.ip))
 
 
-def test_an_embedded_sweep_listens_on_loopback_only(tmp_path: Path) -> None:
-    env = SweepsEnv(tmp_path)
-    try:
-        # scheduler=median: the one end-to-end run of the median-stopping rule (one trial: it stops nothing);
-        # trainable.placement_strategy=SPREAD: the one end-to-end run of a strategy other than PACK
-        proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=median",
-                         "trainable.num_workers=2", "trainable.params.epochs=3", "report.enabled=false",
-                         "trainable.placement_strategy=SPREAD", "cluster.worker_start_timeout_s=60")
-        with Sampler(proc.pid) as sampler:
-            out, _ = proc.communicate(timeout=900)
-        assert proc.returncode == 0, out[-4000:]
-        names = " | ".join(sorted({x.name for x in sampler.seen}))
-        assert any("gcs_server" in x.name for x in sampler.seen), names
-        assert any("raylet" in x.name for x in sampler.seen), names
-        # the Train workers' own listeners: core-worker gRPC plus the torch rendezvous (TCPStore) on rank 0
-        train = [x for x in sampler.seen if "RayTrainWorker" in x.name]
-        assert len({x.pid for x in train}) == 2 and len(train) >= 3, train
-        assert len(sampler.seen) >= 10, sampler.seen
-        assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
-        # the rendezvous the workers used (reported by rank 0) is one of the Train workers' sampled listeners
-        rec = Sweep.only(env).record()
-        assert rec["scheduler"] == "median"
-        # what the sweep says about its listeners: the record (the report's line) and the parent run's tag
-        assert rec["listeners"].startswith("loopback only ("), rec["listeners"]
-        tags = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
-        assert tags["sweeps.listeners"] == rec["listeners"]
-        (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
-        first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
-        assert first["sys/placement"] == "SPREAD", "the workers' group has the configured strategy"
-        host, port = first["sys/rendezvous"].rsplit(":", 1)
-        assert is_loopback(host), first["sys/rendezvous"]
-        store = [x for x in train if x.port == int(port) and x.kind == "tcp"]
-        assert store and all(is_loopback(x.ip) for x in store), (first["sys/rendezvous"], train)
-    finally:
-        env.cleanup()
+def test_an_embedded_sweep_listens_on_loopback_only(sweep: Sweep) -> None:
+    env = sweep.env
+    # scheduler=median: the one end-to-end run of the median-stopping rule (one trial: it stops nothing);
+    # trainable.placement_strategy=SPREAD: the one end-to-end run of a strategy other than PACK
+    proc = env.popen("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=median",
+                     "trainable.num_workers=2", "trainable.params.epochs=3", "report.enabled=false",
+                     "trainable.placement_strategy=SPREAD", "cluster.worker_start_timeout_s=60")
+    with Sampler(proc.pid) as sampler:
+        out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    names = " | ".join(sorted({x.name for x in sampler.seen}))
+    assert any("gcs_server" in x.name for x in sampler.seen), names
+    assert any("raylet" in x.name for x in sampler.seen), names
+    # the Train workers' own listeners: core-worker gRPC plus the torch rendezvous (TCPStore) on rank 0
+    train = [x for x in sampler.seen if "RayTrainWorker" in x.name]
+    assert len({x.pid for x in train}) == 2 and len(train) >= 3, train
+    assert len(sampler.seen) >= 10, sampler.seen
+    assert not sampler.exposed(), "non-loopback listeners:\n" + "\n".join(map(str, sampler.exposed()))
+    # the rendezvous the workers used (reported by rank 0) is one of the Train workers' sampled listeners
+    rec = Sweep.only(env).record()
+    assert rec["scheduler"] == "median"
+    # what the sweep says about its listeners: the record (the report's line) and the parent run's tag
+    assert rec["listeners"].startswith("loopback only ("), rec["listeners"]
+    tags = mlflow_client(env.tracking_uri).get_run(rec["parent_run_id"]).data.tags
+    assert tags["sweeps.listeners"] == rec["listeners"]
+    (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
+    first = json.loads((trial_dir / "result.json").read_text().splitlines()[0])
+    assert first["sys/placement"] == "SPREAD", "the workers' group has the configured strategy"
+    host, port = first["sys/rendezvous"].rsplit(":", 1)
+    assert is_loopback(host), first["sys/rendezvous"]
+    store = [x for x in train if x.port == int(port) and x.kind == "tcp"]
+    assert store and all(is_loopback(x.ip) for x in store), (first["sys/rendezvous"], train)
 
 
 def test_sweeps_ui_listens_on_loopback_only(tmp_path: Path) -> None:

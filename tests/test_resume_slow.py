@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SLOW_EPOCHS, SweepsEnv, mlflow_client, trial_dirs, wait_for
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -117,54 +118,49 @@ def _frozen_when(proc: subprocess.Popen, ready: Callable[[], object]) -> bool:
     return False
 
 
-def test_sigkill_driver_then_resume_then_extend(tmp_path: Path) -> None:
+def test_sigkill_driver_then_resume_then_extend(sweep: Sweep) -> None:
     """SIGKILL of the driver, then `resume`, then `extend` with the restored Optuna searcher. Why its own sweep: the
     kill is the subject."""
-    env = SweepsEnv(tmp_path)
-    try:
-        # Every new checkpoint ranks below the kept ones (mode=min on a rising accuracy), so Tune deletes the
-        # one that was latest at each registration, while it saves its experiment state only when forced
-        # (every num_to_keep checkpoints of a trial): the driver is killed while that state names a deleted
-        # checkpoint, which `resume` must still continue from.
-        proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
-                         "sweep.num_samples=3", "trainable.params.epochs=6", "sweep.mode=min",
-                         extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
-        wait_for(lambda: _frozen_when(proc, lambda: _progress(env, 2) and _deleted_latest(env)), 480,
-                 interval=0.2, what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
-        proc.wait(timeout=30)
-        env.kill_ray()
-        assert _deleted_latest(env), "the killed driver's saved state names a deleted checkpoint"
-        rec = _index(env)
-        assert rec["status"] == "running"  # nobody could say otherwise
-        c = mlflow_client(env.tracking_uri)
-        assert c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'"), \
-            "a SIGKILLed driver leaves RUNNING runs behind (until the next command closes them)"
-        # sync closes them and back-fills MLflow from the Ray results; a second sync changes nothing
-        first = env.run("sync", "latest", check=True)
-        assert "synced:" in first.stdout
-        assert not c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
-        _assert_histories_match_results(env, rec)
-        second = env.run("sync", "latest", check=True)
-        assert "0 run(s) created, 0 metric value(s) logged, 0 status(es) set" in second.stdout, second.stdout
-        rec = _finish_and_check(env, n_trials=3, epochs=6)
-
-        # extend: the restored Optuna study knows the 3 finished trials and suggests 1 more
-        proc2 = env.run("extend", rec["sweep_id"], "--more-trials", "1", check=True)
-        assert "finished" in proc2.stdout
-        rec = _index(env)
-        assert len(rec["experiment_dirs"]) == 2
-        import pickle
-
-        (state,) = Path(rec["experiment_dirs"][1]).glob("searcher-state-*.pkl")
-        with state.open("rb") as f:
-            saved = pickle.load(f)
-        study = saved["_ot_study"] if isinstance(saved, dict) else saved._ot_study
-        assert len(study.trials) == 4, "the extension's suggestion came from the restored study"
-        children = _children(env, rec)
-        assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
-    finally:
-        env.cleanup()
+    env = sweep.env
+    # Every new checkpoint ranks below the kept ones (mode=min on a rising accuracy), so Tune deletes the
+    # one that was latest at each registration, while it saves its experiment state only when forced
+    # (every num_to_keep checkpoints of a trial): the driver is killed while that state names a deleted
+    # checkpoint, which `resume` must still continue from.
+    proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
+                     "sweep.num_samples=3", "trainable.params.epochs=6", "sweep.mode=min",
+                     extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
+    wait_for(lambda: _frozen_when(proc, lambda: _progress(env, 2) and _deleted_latest(env)), 480,
+             interval=0.2, what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
+    proc.wait(timeout=30)
+    env.kill_ray()
+    assert _deleted_latest(env), "the killed driver's saved state names a deleted checkpoint"
+    rec = _index(env)
+    assert rec["status"] == "running"  # nobody could say otherwise
+    c = mlflow_client(env.tracking_uri)
+    assert c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'"), \
+        "a SIGKILLed driver leaves RUNNING runs behind (until the next command closes them)"
+    # sync closes them and back-fills MLflow from the Ray results; a second sync changes nothing
+    first = env.run("sync", "latest", check=True)
+    assert "synced:" in first.stdout
+    assert not c.search_runs([rec["mlflow_experiment_id"]], "attributes.status = 'RUNNING'")
+    _assert_histories_match_results(env, rec)
+    second = env.run("sync", "latest", check=True)
+    assert "0 run(s) created, 0 metric value(s) logged, 0 status(es) set" in second.stdout, second.stdout
+    rec = _finish_and_check(env, n_trials=3, epochs=6)
+    # extend: the restored Optuna study knows the 3 finished trials and suggests 1 more
+    proc2 = env.run("extend", rec["sweep_id"], "--more-trials", "1", check=True)
+    assert "finished" in proc2.stdout
+    rec = _index(env)
+    assert len(rec["experiment_dirs"]) == 2
+    import pickle
+    (state,) = Path(rec["experiment_dirs"][1]).glob("searcher-state-*.pkl")
+    with state.open("rb") as f:
+        saved = pickle.load(f)
+    study = saved["_ot_study"] if isinstance(saved, dict) else saved._ot_study
+    assert len(study.trials) == 4, "the extension's suggestion came from the restored study"
+    children = _children(env, rec)
+    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
 
 
 def _assert_histories_match_results(env: SweepsEnv, rec: dict) -> None:

@@ -217,56 +217,52 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-def test_failed_and_nan_trials(tmp_path: Path) -> None:
+def test_failed_and_nan_trials(sweep: Sweep) -> None:
     """A raising trial ends ERROR (Tune's retries: tests/test_bridge_slow.py); the sweep goes on; NaN never becomes
     best; MLflow says so.
 
     The same sweep carries secrets from the environment: they never reach MLflow, the index or reports. Why its
     own sweep: its trials raise and go NaN on purpose, which no shared sweep may.
     """
-    env = SweepsEnv(tmp_path)
-    try:
-        env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
-                "+trainable.params.api_key=${oc.env:SWEEPS_TEST_SECRET}",
-                "+tracking.password=${oc.env:SWEEPS_TEST_SECRET}",
-                "+search_space.fault={dist: grid, values: [none, raise, 'nan']}", "+trainable.params.fault_epoch=2",
-                "search_space.lr={dist: choice, values: [0.03]}", "trainable.num_workers=1",
-                "trainable.params.epochs=3", "failure.max_failures=0", "sweep.max_concurrent_trials=2",
-                *FAST, check=True, extra_env={"SWEEPS_TEST_SECRET": SECRET})
-        rec = _record(env)
-        leaks: list[str] = []
-        for root in (env.home / "mlartifacts", env.home / "sweeps", env.root / "reports"):
-            leaks += _files_containing(root, SECRET.encode())
-        leaks += [str(env.home / "mlflow.db")] if SECRET.encode() in (env.home / "mlflow.db").read_bytes() else []
-        assert not leaks, f"secret leaked into {leaks}"
-        c0 = mlflow_client(env.tracking_uri)
-        some_child = c0.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")[0]
-        assert some_child.data.params["api_key"] == "***REDACTED***", "the secret-bearing param was logged"
-        trials = {t.params["fault"]: t for t in _trials(env, rec)}
-        assert trials["raise"].status == "ERROR" and trials["raise"].num_failures == 1  # retries: test_bridge_slow
-        assert trials["none"].status == "TERMINATED" and trials["nan"].status == "TERMINATED"
-        assert rec["best"]["trial_id"] == trials["none"].trial_id
-        assert any(math.isnan(v) for v in trials["nan"].values("val/acc"))
-        c = mlflow_client(env.tracking_uri)
-        runs = {r.data.tags.get("sweeps.trial_id"): r for r in c.search_runs(
-            [rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")}
-        failed = runs[trials["raise"].trial_id]
-        assert failed.info.status == "FAILED"
-        assert "injected fault" in failed.data.tags["error"]
-        assert "error.txt" in {a.path for a in c.list_artifacts(failed.info.run_id)}
-        assert runs[trials["none"].trial_id].info.status == "FINISHED"
-        parent = c.get_run(rec["parent_run_id"])
-        assert parent.info.status == "FINISHED" and parent.data.tags["count.failed"] == "1"
-        import csv
-
-        report = env.root / "reports" / "quickstart" / rec["sweep_id"] / "trials.csv"
-        rows = {r["trial_id"]: r for r in csv.DictReader(report.open())}
-        by_fault = {fault: rows[t.trial_id] for fault, t in trials.items()}
-        assert by_fault["none"]["rank"] == "1", "the finite trial is ranked first"
-        assert by_fault["raise"]["status"] == "ERROR" and by_fault["raise"]["rank"] == ""
-        nan_row = by_fault["nan"]
-        assert nan_row["nonfinite"] == "True" and nan_row["final/val/acc"] == "NaN", nan_row
-        assert math.isfinite(float(nan_row["best/val/acc"])), "its best is its best finite value"
-        assert "NaN" not in by_fault["none"]["final/val/acc"]
-    finally:
-        env.cleanup()
+    env = sweep.env
+    env.run("run", "+experiment=quickstart", "sweep.num_samples=1", "scheduler=fifo",
+            "+trainable.params.api_key=${oc.env:SWEEPS_TEST_SECRET}",
+            "+tracking.password=${oc.env:SWEEPS_TEST_SECRET}",
+            "+search_space.fault={dist: grid, values: [none, raise, 'nan']}", "+trainable.params.fault_epoch=2",
+            "search_space.lr={dist: choice, values: [0.03]}", "trainable.num_workers=1",
+            "trainable.params.epochs=3", "failure.max_failures=0", "sweep.max_concurrent_trials=2",
+            *FAST, check=True, extra_env={"SWEEPS_TEST_SECRET": SECRET})
+    rec = _record(env)
+    leaks: list[str] = []
+    for root in (env.home / "mlartifacts", env.home / "sweeps", env.root / "reports"):
+        leaks += _files_containing(root, SECRET.encode())
+    leaks += [str(env.home / "mlflow.db")] if SECRET.encode() in (env.home / "mlflow.db").read_bytes() else []
+    assert not leaks, f"secret leaked into {leaks}"
+    c0 = mlflow_client(env.tracking_uri)
+    some_child = c0.search_runs([rec["mlflow_experiment_id"]], "tags.`sweeps.kind` = 'trial'")[0]
+    assert some_child.data.params["api_key"] == "***REDACTED***", "the secret-bearing param was logged"
+    trials = {t.params["fault"]: t for t in _trials(env, rec)}
+    assert trials["raise"].status == "ERROR" and trials["raise"].num_failures == 1  # retries: test_bridge_slow
+    assert trials["none"].status == "TERMINATED" and trials["nan"].status == "TERMINATED"
+    assert rec["best"]["trial_id"] == trials["none"].trial_id
+    assert any(math.isnan(v) for v in trials["nan"].values("val/acc"))
+    c = mlflow_client(env.tracking_uri)
+    runs = {r.data.tags.get("sweeps.trial_id"): r for r in c.search_runs(
+        [rec["mlflow_experiment_id"]], f"tags.`mlflow.parentRunId` = '{rec['parent_run_id']}'")}
+    failed = runs[trials["raise"].trial_id]
+    assert failed.info.status == "FAILED"
+    assert "injected fault" in failed.data.tags["error"]
+    assert "error.txt" in {a.path for a in c.list_artifacts(failed.info.run_id)}
+    assert runs[trials["none"].trial_id].info.status == "FINISHED"
+    parent = c.get_run(rec["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags["count.failed"] == "1"
+    import csv
+    report = env.root / "reports" / "quickstart" / rec["sweep_id"] / "trials.csv"
+    rows = {r["trial_id"]: r for r in csv.DictReader(report.open())}
+    by_fault = {fault: rows[t.trial_id] for fault, t in trials.items()}
+    assert by_fault["none"]["rank"] == "1", "the finite trial is ranked first"
+    assert by_fault["raise"]["status"] == "ERROR" and by_fault["raise"]["rank"] == ""
+    nan_row = by_fault["nan"]
+    assert nan_row["nonfinite"] == "True" and nan_row["final/val/acc"] == "NaN", nan_row
+    assert math.isfinite(float(nan_row["best/val/acc"])), "its best is its best finite value"
+    assert "NaN" not in by_fault["none"]["final/val/acc"]
