@@ -74,6 +74,8 @@ def _diagnosis(trials: dict[str, list[dict]], log: Path) -> dict:
 
 
 def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tune(tmp_path: Path) -> None:
+    """What the module's docstring says must hold, on one ASHA sweep of the Ray-docs loop. Why its own sweep: its
+    driver is SIGKILLed mid-sweep (the subject), and the loop logs its own epochs to compare with Tune's."""
     from sweeps.reports.results import load_records
     from sweeps.reports.summary import collect
 

@@ -33,6 +33,7 @@ import pytest
 from conftest import REPO, wait_for
 from freshvenv import DROP, UV_CACHE, pip_find_links
 
+REMOTE_TRACKING = "tracking.uri=http://127.0.0.1:9"  # cluster=remote refuses a local store before all else
 pytestmark = pytest.mark.slow
 FLOOR = "2.53.0"  # the oldest Ray of pyproject.toml's range (docs/ray.md, "Ray versions")
 SMALL = ["sweep.num_samples=2", "trainable.params.epochs=2", "cluster.health_check_interval_s=0.1"]
@@ -241,9 +242,10 @@ def mismatch(inst: Installed, tmp_path: Path) -> None:
             driver_env = {**{k: v for k, v in os.environ.items() if k not in drop}, **marks, "HOME": str(
                 tmp_path / "user2"), "SWEEPS_CONSOLE": "terminal", "SWEEPS_LEVERS_OFF": off}
             t0 = time.monotonic()
+            # a tracking server's URI (none listens: the cluster is refused first), as cluster=remote needs one
             proc = subprocess.run([sys.executable, "-m", "sweeps", "run", "+experiment=quickstart", "cluster=remote",
-                                   f"cluster.address={address}"], cwd=tmp_path, env=driver_env, capture_output=True,
-                                  text=True, timeout=120)
+                                   f"cluster.address={address}", REMOTE_TRACKING], cwd=tmp_path, env=driver_env,
+                                  capture_output=True, text=True, timeout=120)
             took, said = time.monotonic() - t0, proc.stdout + proc.stderr
             assert proc.returncode == 2 and took < 10 and "has token authentication on" in said, (off, took, said)
             assert "Traceback" not in said and not carrying(marks), (off, said[-3000:], carrying(marks))
@@ -252,7 +254,7 @@ def mismatch(inst: Installed, tmp_path: Path) -> None:
             assert any(line.startswith(f"{canary.pid}:") for line in carrying(marks)), "the leftover check works"
             canary.kill()
             canary.wait()
-            run = ["run", "+experiment=quickstart", "cluster=remote", f"cluster.address={address}"]
+            run = ["run", "+experiment=quickstart", "cluster=remote", f"cluster.address={address}", REMOTE_TRACKING]
             for args in (run, [*run, "--dry-run"], ["doctor", "--address", address]):
                 t0 = time.monotonic()
                 proc = subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=tmp_path, env=driver_env,

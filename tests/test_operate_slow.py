@@ -171,8 +171,11 @@ print("PY " + json.dumps(dict(state=s["state"], alive=s["alive"], sweep=s["sweep
         # every trial once in MLflow, none RUNNING
         since = time.time()
         resumed = p.start("resume", "latest")
-        killed = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[-1]["wall"] > since), None), 300,
-                          0.5, "a trial of the resumed run to report")
+        # a trial with 10 epochs (4 s) still to go: the stop lands while it runs (a resumed trial near its end once
+        # finished before the stop reached it, and a later trial was the one killed)
+        killed = wait_for(lambda: next((t[0]["trial_id"] for t in _trials(p) if t[-1]["wall"] > since
+                                        and t[-1]["training_iteration"] <= EPOCHS - 10), None), 300,
+                          0.2, "a trial of the resumed run with 10 epochs to go")
         now = _python(p, 'import json, sweeps; print("PY " + json.dumps(sweeps.stop("latest", now=True)))')
         assert now["state"] == "applied" and now["verb"] == "stop_now", now  # from Python (the CLI's --now: run owner)
         resumed.communicate(timeout=180)
