@@ -30,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = Path(sys.prefix)
+# What a node that gave up at its start on a loaded machine says (it is started again: Cluster.start_worker)
+STARTUP_GAVE_UP = ("timed out during startup", "Failed to connect to GCS")
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # tiny sweeps: keep /dev/shm use small on a shared box
 DUMMY_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -329,8 +331,9 @@ class Cluster:
                      env: dict[str, str] | None = None, wait: bool = True, tries: int = 3) -> WorkerNode:
         """A worker node without this project (see the module docstring), joining the head.
 
-        A loaded machine can miss Ray's fixed 30 s for a new raylet to register ("timed out during startup"):
-        that node is started again, up to ``tries`` times.
+        A loaded machine can miss Ray's fixed 30 s for a new raylet to register ("timed out during startup"), or
+        its 5 s to reach the GCS at start ("Failed to connect to GCS", seen in ci19): that node is started again,
+        up to ``tries`` times.
         """
         extra = ["--address", self.address, "--num-cpus", f"{num_cpus:g}", "--resources", json.dumps(resources or {})]
         name = f"w{len(self.workers)}"
@@ -346,7 +349,7 @@ class Cluster:
             except AssertionError as exc:
                 self.workers.remove(node)
                 node.kill()
-                if "timed out during startup" not in str(exc) or attempt == tries - 1:
+                if not any(gave_up in str(exc) for gave_up in STARTUP_GAVE_UP) or attempt == tries - 1:
                     raise
         raise AssertionError("unreachable")
 

@@ -4,8 +4,8 @@
 One cluster serves the module (tests/cluster_harness.py): a 0-CPU head, so every trial must run on a worker
 node, and worker nodes started in their own mount namespace where the checkout and the editable install are
 hidden (``import sweeps`` fails there: asserted). Token authentication is on for every node and client.
-Storage is S3, but for a shared folder under /tmp (PBT) and a folder inside the checkout that the nodes cannot see
-(refused as node-local).
+Storage is S3, but for a shared folder under /tmp (the shipped-code test) and a folder inside the checkout that
+the nodes cannot see (refused as node-local).
 The tests run in file order on purpose: the first one starts its sweep on the bare head (autoscaling shape) and
 adds the worker node; the last one adds a second node and kills one.
 """
@@ -252,40 +252,22 @@ def test_s3_sweep_waits_for_a_node_then_runs_report_resume_extend_promote_sync_d
 
 @pytest.mark.timeout(1500)
 def test_pbt_with_more_trials_than_slots_on_nodes_without_the_project(parts: Parts, tmp_path: Path) -> None:
-    """Synchronous PBT, 3 trials, room for 2, on a shared-filesystem ``storage.path``: a plain folder under /tmp
-    that every node sees (only the checkout is hidden there), given as a user gives it with ``cluster=remote``.
-    The check that every node sees the path lets it through; paused trials must not hold a slot (else:
-    deadlock); the sweep's experiment folder and every trial's checkpoints are written under that path from the
-    worker node; exploits copy a donor's checkpoint there into another trial; everything runs on the worker
-    node. (S3 storage on the cluster: the other tests here.)"""
+    """Synchronous PBT, 3 trials, room for 2: paused trials must not hold a slot (else: deadlock); exploits
+    copy a donor's S3 checkpoint into another trial; everything runs on the worker node. (A shared-filesystem
+    ``storage.path``: the shipped-code test below.)"""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
-    shared = Path(tempfile.mkdtemp(prefix="sweeps-shared-", dir="/tmp"))  # outside every hidden checkout
-    assert not any(shared.is_relative_to(d) for d in hidden_checkouts())
-    try:
-        out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={shared}", "scheduler=pbt",
-                            "scheduler.synch=true", "scheduler.perturbation_interval=2",
-                            "scheduler.quantile_fraction=0.34",
-                            "scheduler.hyperparam_mutations={lr: {dist: loguniform, low: 0.001, high: 0.1}}",
-                            "sweep.num_samples=3", "sweep.max_concurrent_trials=0", "trainable.params.epochs=3",
-                            "checkpoint.num_to_keep=4", extra_env=parts.driver_env(), timeout=1400), "PBT sweep")
-        assert "node-local" not in out, out[-3000:]
-        rec = record(env)
-        assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
-        sid = rec["sweep_id"]
-        assert rec["storage_path"] == str(shared) and rec["experiment_dirs"] == [str(shared / sid)], rec
-        trials = sorted(p for p in (shared / sid).iterdir() if p.name.startswith("run_trial"))
-        assert len(trials) == 3, sorted(p.name for p in (shared / sid).iterdir())
-        for t in trials:  # written by the trials on the worker node, straight into the shared folder
-            ckpts = sorted(t.glob("checkpoint_*"))
-            assert ckpts and all(any(c.iterdir()) for c in ckpts), (t.name, ckpts)
-        assert not list(shared.glob(".sweeps-shared-*")), "the visibility check left its marker behind"
-        rows = all_rows(env)
-        assert len({r["trial_id"] for r in rows}) == 3 and {r["node_id"] for r in rows} == {w.node_id}
-        exploits = [r for r in rows if r.get("restored_from") and r["restored_from"] != r["trial_id"]]
-        assert exploits, "PBT copied no donor checkpoint into another trial"
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
+    out = check(env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('pbt')}", "scheduler=pbt",
+                        "scheduler.synch=true", "scheduler.perturbation_interval=2", "scheduler.quantile_fraction=0.34",
+                        "scheduler.hyperparam_mutations={lr: {dist: loguniform, low: 0.001, high: 0.1}}",
+                        "sweep.num_samples=3", "sweep.max_concurrent_trials=0", "trainable.params.epochs=3",
+                        "checkpoint.num_to_keep=4", extra_env=parts.driver_env(), timeout=1400), "PBT sweep")
+    rec = record(env)
+    assert rec["counts"]["total"] == 3 and rec["counts"]["failed"] == 0, out[-3000:]
+    rows = all_rows(env)
+    assert {r["node_id"] for r in rows} == {w.node_id}
+    exploits = [r for r in rows if r.get("restored_from") and r["restored_from"] != r["trial_id"]]
+    assert exploits, "PBT copied no donor checkpoint into another trial"
 
 
 @pytest.mark.timeout(900)
@@ -425,8 +407,9 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
     reach the node too. The driver runs as on a Ray version sweeps' private levers were not checked against
     (``SWEEPS_TEST_RAY_VERSION``): Ray's public path on a cluster (Train's own trainer; the token mode exported
     as ``RAY_AUTH_MODE=token``, as the driver then asks, since it no longer refreshes Ray's config itself).
-    Shares its sweep: the scaffold's own checks are in tests/test_new_trainable.py, the public path's on one
-    machine in tests/test_warm_slow.py."""
+    Its storage is a shared-filesystem ``storage.path`` (a folder under /tmp every node sees), as a user gives
+    it with ``cluster=remote``. Shares its sweep: the scaffold's own checks are in tests/test_new_trainable.py,
+    the public path's on one machine in tests/test_warm_slow.py."""
     env = SweepsEnv(tmp_path, seed_store=False)
     w = parts.worker()
     project = clean_clone(tmp_path / "project")
@@ -444,12 +427,24 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
             "SWEEPS_TEST_RAY_VERSION": "2.61.0", "RAY_AUTH_MODE": "token"}
     check(env.run("new", "trainable", "shipped", "--from", "usermod:train_loop", cwd=project,
                   extra_env={**parts.driver_env(), **user}, timeout=300), "new trainable --from")
-    out = check(env.run("run", "+experiment=shipped", *TRIAL[1:], *parts.remote(),
-                        f"storage.path={parts.s3.uri('shipped')}", "scheduler=fifo", "sweep.num_samples=1",
-                        "trainable.params.epochs=2", "trainable.builder=usernsp.models.build_model", cwd=project,
-                        extra_env={**parts.driver_env(), **user}, timeout=900), "sweep of a single-file loop")
-    rec = record(env)
-    assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
+    shared = Path(tempfile.mkdtemp(prefix="sweeps-shared-", dir="/tmp"))  # every node sees /tmp: a shared path
+    assert not any(shared.is_relative_to(d) for d in hidden_checkouts())
+    try:
+        out = check(env.run("run", "+experiment=shipped", *TRIAL[1:], *parts.remote(), f"storage.path={shared}",
+                            "scheduler=fifo", "sweep.num_samples=1", "trainable.params.epochs=2",
+                            "trainable.builder=usernsp.models.build_model", cwd=project,
+                            extra_env={**parts.driver_env(), **user}, timeout=900), "sweep of a single-file loop")
+        rec = record(env)
+        assert rec["counts"]["completed"] == 1 and rec["counts"]["failed"] == 0, out[-6000:]
+        # the shared-filesystem storage.path: the check that every node sees it let it through, and the trial on
+        # the worker node wrote its results and checkpoints straight into it
+        assert "node-local" not in out and not list(shared.glob(".sweeps-shared-*")), out[-3000:]
+        sid = rec["sweep_id"]
+        assert rec["storage_path"] == str(shared) and rec["experiment_dirs"] == [str(shared / sid)], rec
+        (trial,) = [p for p in (shared / sid).iterdir() if p.name.startswith("run_trial")]
+        assert (trial / "result.json").is_file() and any(c.iterdir() for c in trial.glob("checkpoint_*")), trial
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
     assert "lean off (lean_trainer: ray 2.61.0 is not a version it was checked against" in out, "the public path"
     assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
     assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"

@@ -126,11 +126,18 @@ def test_sigkill_driver_then_resume_then_extend(sweep: Sweep) -> None:
     # one that was latest at each registration, while it saves its experiment state only when forced
     # (every num_to_keep checkpoints of a trial): the driver is killed while that state names a deleted
     # checkpoint, which `resume` must still continue from.
+    # Epochs of 0.5 s: in-process trials otherwise end the whole sweep in ~5 s, before a poll sees the window (ci19)
     proc = env.popen("run", *BASE, "searcher=optuna", "search_space.lr={dist: loguniform, low: 0.01, high: 0.1}",
                      "sweep.num_samples=3", "trainable.params.epochs=6", "sweep.mode=min",
-                     extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
-    wait_for(lambda: _frozen_when(proc, lambda: _progress(env, 2) and _deleted_latest(env)), 480,
-             interval=0.2, what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
+                     "+trainable.params.epoch_sleep_s=0.5", extra_env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
+
+    def killable() -> bool:
+        assert proc.poll() is None, ("the sweep ended before a saved state named a deleted checkpoint",
+                                     proc.communicate()[0][-3000:])
+        return _frozen_when(proc, lambda: _progress(env, 2) and _deleted_latest(env))
+
+    wait_for(killable, 480, interval=0.2,
+             what="two reported epochs, and a saved state that names a checkpoint Tune deleted since")
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything in its session: a power cut
     proc.wait(timeout=30)
     env.kill_ray()

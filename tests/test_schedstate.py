@@ -266,3 +266,29 @@ def test_damaged_state_with_no_good_copy_names_the_sweep_and_extend_as_the_way_o
     assert "experiment_state-2026-01-01.json is damaged and no good copy" in (recovery.unrestorable(str(exp2)) or "")
     assert recovery.set_aside(str(exp2)) == ["experiment_state-2026-01-01.json"]
     assert not list(exp2.glob("experiment_state-*")), "the reports skip an experiment they cannot read"
+
+
+def test_a_resumed_run_that_never_steps_saves_the_state_it_was_to_put_back(tmp_path: Path) -> None:
+    """A resume whose trials had all ended before the stop never steps (Tune's loop is finished at once), so the
+    state is never put back; its closing checkpoint must save that state, newest, not the fresh scheduler's empty
+    rungs (seen in CI: the extension after such a resume cut an added trial at rung 1)."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    def asha() -> ASHAScheduler:
+        return ASHAScheduler(time_attr="training_iteration", max_t=6, grace_period=1, reduction_factor=2)
+
+    before = asha()
+    _feed(before, [_trial(f"t{i}", 0.01) for i in range(3)])
+    saved = schedstate.snapshot(before)
+    fresh = asha()
+    saver = schedstate.callback("s-no-step", str(tmp_path))
+    saver._inner = lambda: fresh  # the resumed run's scheduler, restored empty with the Tuner
+    saver.set_state(saved)  # Tune hands the callback its saved state; no step follows
+    closing = saver.get_state()
+    assert closing["saved_at"] >= saved["saved_at"], "the newest state the extension will read"
+    back = asha()
+    assert schedstate.apply(back, closing, {}) is None
+    assert back.debug_string() == before.debug_string() != fresh.debug_string(), "the rungs, not empty ones"
+    saver.on_step_begin(0, [])  # once the run steps, the state is put back and the live scheduler's is saved
+    assert fresh.debug_string() == before.debug_string()
+    assert saver.get_state()["data"] == schedstate.snapshot(fresh)["data"]

@@ -153,6 +153,14 @@ def callback(name: str, experiment_dir: str) -> Any:
             (storage still holds the set before, whole): that set becomes the last good one, at most every
             ``EVERY_S``."""
             self.kept_at = _keep_copy(experiment_dir, self.kept_at)
+            held = None if self.checked else self.pending or session.session(name).scheduler_from
+            if held is not None:
+                # Not put back yet (that is at the run's first step): the run's scheduler has decided nothing, and
+                # the sweep's state is still the one to put back. A resumed run with no trial left to run never
+                # steps: its checkpoint would otherwise save the fresh, empty scheduler as the newest state (seen
+                # in CI: an extension after it judged its trials against empty rungs).
+                self.last = {**held, "saved_at": time.time()}
+                return self.last
             inner = self._inner()
             if inner is None:  # the run's session already ended: the state it last had, never none at all
                 return self.last
