@@ -443,14 +443,14 @@ def test_a_single_file_loop_and_a_namespace_package_ship_to_the_worker_node(part
         assert rec["storage_path"] == str(shared) and rec["experiment_dirs"] == [str(shared / sid)], rec
         (trial,) = [p for p in (shared / sid).iterdir() if p.name.startswith("run_trial")]
         assert (trial / "result.json").is_file() and any(c.iterdir() for c in trial.glob("checkpoint_*")), trial
+        assert "lean off (lean_trainer: ray 2.61.0 is not a version it was checked against" in out, "the public path"
+        assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
+        assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"
+        rows = all_rows(env)  # read from the shared folder: before it is removed
+        assert [r["epoch"] for r in rows] == [1, 2], rows
+        assert {r["node_id"] for r in rows} == {w.node_id}, "the trial ran on the worker node"
     finally:
         shutil.rmtree(shared, ignore_errors=True)
-    assert "lean off (lean_trainer: ray 2.61.0 is not a version it was checked against" in out, "the public path"
-    assert rec["config"]["trainable"]["loop"] == "usermod.train_loop"
-    assert rec["config"]["trainable"]["load_model"] == "trainables.shipped.load_model", "the scaffold's trainable"
-    rows = all_rows(env)
-    assert [r["epoch"] for r in rows] == [1, 2], rows
-    assert {r["node_id"] for r in rows} == {w.node_id}, "the trial ran on the worker node"
 
 
 @pytest.mark.timeout(1500)
