@@ -131,6 +131,14 @@ def _keep_copy(experiment_dir: str, kept_at: float) -> float:
     return kept_at
 
 
+def _not_put_back(checked: bool, pending: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """The state a run is to put back at its first step, while it has not stepped: its scheduler has decided nothing,
+    so that state is still the sweep's. A resumed run with no trial left never steps; saving its fresh scheduler
+    instead handed an ``extend`` after it empty rungs (ci19: an added trial cut at rung 1)."""
+    held = None if checked else pending or session.session(name).scheduler_from
+    return None if held is None else {**held, "saved_at": time.time()}
+
+
 def callback(name: str, experiment_dir: str) -> Any:
     """The Tune callback that saves the run ``name``'s scheduler with the experiment and puts it back on resume;
     it also keeps the last good copy of the experiment state (:mod:`.recovery`)."""
@@ -139,8 +147,7 @@ def callback(name: str, experiment_dir: str) -> Any:
     class SchedulerState(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             self.pending: dict[str, Any] | None = None
-            self.checked = False
-            self.kept_at = 0.0
+            self.checked, self.kept_at = False, 0.0
             self.lost: str | None = None  # why the last snapshot holds no state (said once, when it changes)
             self.last: dict[str, Any] | None = None  # the last snapshot: a checkpoint after the scheduler is gone
 
@@ -149,18 +156,12 @@ def callback(name: str, experiment_dir: str) -> Any:
             return getattr(wrapper, "inner", None)
 
         def get_state(self) -> dict[str, Any] | None:
-            """Called at each experiment checkpoint, right after Tune wrote its new state to its staging folder
-            (storage still holds the set before, whole): that set becomes the last good one, at most every
-            ``EVERY_S``."""
+            """At each experiment checkpoint, once Tune staged its new state (storage holds the set before, whole:
+            it becomes the last good one, at most every ``EVERY_S``)."""
             self.kept_at = _keep_copy(experiment_dir, self.kept_at)
-            held = None if self.checked else self.pending or session.session(name).scheduler_from
-            if held is not None:
-                # Not put back yet (that is at the run's first step): the run's scheduler has decided nothing, and
-                # the sweep's state is still the one to put back. A resumed run with no trial left to run never
-                # steps: its checkpoint would otherwise save the fresh, empty scheduler as the newest state (seen
-                # in CI: an extension after it judged its trials against empty rungs).
-                self.last = {**held, "saved_at": time.time()}
-                return self.last
+            if (held := _not_put_back(self.checked, self.pending, name)) is not None:
+                self.last = held
+                return held
             inner = self._inner()
             if inner is None:  # the run's session already ended: the state it last had, never none at all
                 return self.last
