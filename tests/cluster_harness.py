@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,8 +213,6 @@ class GcsClient:
     several threads are answered one at a time."""
 
     def __init__(self, address: str, env: dict[str, str], cwd: Path) -> None:
-        import threading
-
         self.lock = threading.Lock()
         self.proc = subprocess.Popen([sys.executable, "-c", GCS_LOOP, address], env=env, cwd=cwd,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -220,9 +221,6 @@ class GcsClient:
 
     def _line(self, deadline: float) -> str:
         """The driver's next ``GCS-...`` line (its other output skipped), read unbuffered so none waits unseen."""
-        import select
-        import time
-
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while True:
@@ -240,8 +238,6 @@ class GcsClient:
                 self.buf += chunk
 
     def ask(self, code: str, timeout: float) -> object:
-        import time
-
         deadline = time.monotonic() + timeout
         with self.lock:
             if not self.ready:

@@ -192,6 +192,14 @@ def sweeps_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Swee
     env.cleanup()
 
 
+def module_env(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[SweepsEnv]:
+    """The body of a module-scoped fixture's environment (a module's shared sweeps): a fresh :class:`SweepsEnv`
+    under a folder named ``name``, its Ray cleaned up after the module."""
+    env = SweepsEnv(tmp_path_factory.mktemp(name))
+    yield env
+    env.cleanup()
+
+
 @pytest.fixture
 def sweep(tmp_path: Path) -> Iterator[Any]:
     """A :class:`harness.Sweep` in a fresh :class:`SweepsEnv` under the test's folder, its Ray cleaned up after."""

@@ -70,6 +70,11 @@ class Sweep:
                                  f"--- stderr\n{proc.stderr[-6000:]}")
         return proc
 
+    def said(self, code: str, mark: str = "PY ", timeout: float = 600) -> Any:
+        """:meth:`python` of ``code``, which prints one line ``mark`` + JSON (what the API returned): that JSON."""
+        (line,) = [x for x in self.python(code, timeout).stdout.splitlines() if x.startswith(mark)]
+        return json.loads(line[len(mark):])
+
     def stop(self, now: bool = False, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """``python -m sweeps stop ID [--now]``, from another process as an operator would."""
         return self.cli("stop", self.id, *(["--now"] if now else []), timeout=timeout)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import mlflow_client, wait_for
 from decisions import Project
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 # The stall watchdog is armed above the longest quiet a running trial shows (its start-up to the first report: up to
@@ -69,11 +69,7 @@ def _child_runs(p: Project) -> list:
 
 def _python(p: Project, code: str) -> dict:
     """``python -c CODE`` in the project, as a user's script runs; the JSON it printed after ``PY ``."""
-    out = subprocess.run([sys.executable, "-c", code], cwd=p.root, env=p.env.env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (line,) = [x for x in out.stdout.splitlines() if x.startswith("PY ")]
-    return json.loads(line[3:])
+    return Sweep(p.env, cwd=p.root).said(code, timeout=300)
 
 
 def _running_trial(p: Project) -> str:

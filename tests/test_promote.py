@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SweepsEnv, mlflow_client
+from conftest import SweepsEnv, mlflow_client, module_env
 from freshvenv import FreshVenv, invocations, requirements_file
 
 from sweeps.cli import models as cli_models
@@ -231,9 +231,7 @@ def _champion(env: SweepsEnv, name: str = NAME) -> Any:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweepsEnv]:
-    e = SweepsEnv(tmp_path_factory.mktemp("promote"))
-    yield e
-    e.cleanup()
+    yield from module_env(tmp_path_factory, "promote")
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from conftest import SweepsEnv, wait_for
+from conftest import SweepsEnv, module_env, wait_for
 from harness import Sweep
 
 pytestmark = pytest.mark.slow
@@ -37,9 +37,7 @@ SMALL = ["sweep.num_samples=4", "trainable.num_workers=1", "trainable.params.epo
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweepsEnv]:
-    env = SweepsEnv(tmp_path_factory.mktemp("user-paths"))
-    yield env
-    env.cleanup()
+    yield from module_env(tmp_path_factory, "user-paths")
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +53,13 @@ more = sweeps.extend(result.sweep_id, 2)
 conf = sweeps.confirm(result.sweep_id, top_k=2, seeds=2)
 prom = sweeps.promote(result.sweep_id, model_name="digits-mlp")
 back = sweeps.load("latest")
-print("API " + json.dumps(dict(
+print("PY " + json.dumps(dict(
     first=first, extended=dict(status=more.status, exit_code=more.exit_code, total=more.record.counts["total"]),
     confirmed=[dict(digest=i.digest, n=i.n, pessimistic=i.pessimistic) for i in conf.intervals],
     promoted=dict(text=str(prom), version=str(prom.version), trial_id=prom.trial_id),
     loaded=dict(sweep_id=back.sweep_id, trials=len(back.trials), best=back.best.trial_id))))
 """
-    proc = s.python(code, timeout=900)
-    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("API ")]
-    return s, json.loads(line[4:])
+    return s, s.said(code, timeout=900)
 
 
 class _Terminal:
