@@ -176,3 +176,55 @@ def test_extend_with_no_saved_scheduler_state_says_so_once(tmp_path: Path, caplo
     said = [r.getMessage() for r in caplog.records if "AsyncHyperBandScheduler" in r.getMessage()]
     assert len(said) == 1 and "starts the extension with its rungs empty" in said[0] and \
         "the added trials are not judged" in said[0], said
+
+
+def test_a_stop_with_no_trial_unfinished_finishes_the_search_only_while_it_holds(tmp_path: Path) -> None:
+    """With no trial running, paused or pending, Tune's loop waits within one step (up to 600 s) for the search
+    algorithm's next trial and reads its interrupted event only between steps: a stop asked then (seen in CI: the
+    last trial ended as ``sweeps stop`` applied; the driver hung) must finish the search, for random/grid search
+    (the gated generator) and a model-based searcher (Optuna, in Tune's SearchGenerator) alike; while a trial is
+    unfinished it must not (a scheduler that acts on a finished search would decide otherwise), and the saved
+    state is not finished (a resume makes the rest of the trials); both survive pickling (``tuner.pkl``)."""
+    import ray.cloudpickle as cloudpickle
+    from ray.tune.search import SearchGenerator
+    from ray.tune.search.optuna import OptunaSearch
+
+    from sweeps.execution.run import control
+
+    name = "halting-test"
+    live = session.start(name)
+    halted = control.halted(name)
+
+    def optuna(wrap: object) -> object:
+        from optuna.distributions import FloatDistribution
+        from ray.tune.experiment import Experiment
+
+        alg = wrap(OptunaSearch({"lr": FloatDistribution(0.001, 0.1)}, metric="m", mode="max", seed=0))
+        alg.add_configurations([Experiment("e", lambda config: None, num_samples=6,
+                                           storage_path=str(tmp_path / "ray"))])
+        return alg
+
+    algs = {"grid": wrappers.halting(_grid(None, tmp_path), halted),
+            "optuna": optuna(lambda s: wrappers.halting(s, halted))}
+    assert isinstance(algs["optuna"], SearchGenerator)
+    trial = SimpleNamespace(status="RUNNING")
+    live.callbacks["live"] = SimpleNamespace(trials=[trial])
+    try:
+        assert not any(a.is_finished() for a in algs.values()), "no stop asked"
+        live.interrupt.set()  # as `sweeps stop` and SIGTERM ask it
+        assert not any(a.is_finished() for a in algs.values()), "a trial is still unfinished"
+        assert not session.outcome(name).halted
+        trial.status = "TERMINATED"
+        assert all(a.is_finished() for a in algs.values()), "a stop with nothing unfinished ends Tune's wait"
+        assert session.outcome(name).halted, "the run ends interrupted: its search had trials to make"
+        for kind, alg in algs.items():
+            saved = tmp_path / kind
+            saved.mkdir()
+            alg.save_to_dir(str(saved), session_str="2026-01-01")
+            assert cloudpickle.loads(cloudpickle.dumps(alg)).is_finished(), kind
+            fresh = _grid(None, tmp_path) if kind == "grid" else optuna(SearchGenerator)
+            fresh.restore_from_dir(str(saved))
+            assert not fresh.is_finished(), (kind, "the saved search is not finished: a resume goes on")
+    finally:
+        session.end(name)
+    assert not any(a.is_finished() for a in algs.values()), "another run of the sweep: no stop asked of it"

@@ -105,7 +105,7 @@ def _running(p: Project, since: float = 0.0) -> bool:
 def _answers_once_it_can(p: Project) -> None:
     """The live folder refuses the answers for a while (a file where the answers' folder goes): a pause request
     goes unanswered, the sweep goes on (its status stays fresh), and once the folder takes writes again the
-    driver answers it (then an unpause)."""
+    driver answers it. The sweep stays paused."""
     import time
 
     from sweeps import live
@@ -126,7 +126,6 @@ def _answers_once_it_can(p: Project) -> None:
     answers.unlink()
     said = wait_for(lambda: live.read_answer(exp, request.stem), 60, 0.5, "the pause answered once it can")
     assert said["state"] == "applied", said
-    assert "applied" in p.run("unpause", "latest", timeout=120).stdout
 
 
 class Watcher:
@@ -171,7 +170,8 @@ def test_a_hosted_sweep_stops_without_signals_and_stays_alive_through_slow_uploa
     - each trial's model upload outlasts the lease: the next trial starts while it is in flight, and ``status``
       says the driver is alive throughout the run;
     - the live folder refuses answers for a while: the sweep goes on and answers once it can;
-    - ``sweeps stop`` from another shell ends it (the API returns ``interrupted``, ``stopped``), ``stop --now``
+    - ``sweeps stop`` from another shell ends it while it is paused with no trial running (the API returns
+      ``interrupted``, ``stopped``, within a minute), and its resume makes trials again; ``stop --now``
       ends its resume, the stall watchdog a third sweep: the host's SIGINT handler never runs.
     Why its own sweeps: a host program's thread and SIGINT handler, a slow artifact store and a short lease are the
     subject; stop, stop --now and the stall watchdog share the host."""
@@ -203,9 +203,12 @@ def test_a_hosted_sweep_stops_without_signals_and_stays_alive_through_slow_uploa
         assert two[1].info.start_time < two[0].info.end_time, \
             "the next trial started while the first one's model was still uploading"
         _answers_once_it_can(p)
+        # stopped while paused with no trial running: Tune's loop then waits for a trial to make (up to 600 s; seen
+        # in CI as a driver that never ended) until the search says it is finished
+        wait_for(lambda: _status(p).get("trials", {}).get("running") == 0, 120, 0.5, "the paused sweep's trial to end")
         stop = p.run("stop", "latest", timeout=180)
         assert stop.returncode == 0 and "applied" in stop.stdout, stop.stdout + stop.stderr
-        first = lines.result()
+        first = lines.result(within_s=60)
         assert first["status"] == "interrupted" and first["reason"] == "stopped" and not first["host_sigint"], first
         sweep_id = first["sweep"]
         seen = [x for x in watcher.stop() if x[0] > min(u[0] for u in proxy.uploads)]

@@ -146,8 +146,9 @@ def fit_and_finish(spec: SweepSpec, rec: store.SweepRecord, run: Run, tracker: A
                                    cpus_per_trial=cpus, gpus_per_trial=gpus)
             seen = run.outcome()  # its running_s: what the time budget counted, pauses left out
             budget_hit = spec.sweep.time_budget_s is not None and (seen.running_s or wall) >= spec.sweep.time_budget_s
-            if status == "finished" and recovery.unfinished_in(records_, rec.experiment_dirs[-1]) and not budget_hit:
-                interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C
+            unfinished = recovery.unfinished_in(records_, rec.experiment_dirs[-1]) or seen.halted
+            if status == "finished" and unfinished and not budget_hit:
+                interrupted, status = True, "interrupted"  # Tune returns normally after Ctrl-C and `sweeps stop`
             if status == "finished" and summ.best is None:
                 status = "failed"  # no trial succeeded: nothing to report as a result
             reason = _stop_reason(spec, summ, budget_hit) if status == "finished" else None

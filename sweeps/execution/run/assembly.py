@@ -16,7 +16,7 @@ from sweeps.execution.run import callbacks, control, firstreport, session
 from sweeps.execution.run.budget import Budget, sweep_stopper
 from sweeps.execution.run.concurrency import Capacity, Fixed, PromotionsFirst, capacity_gate, make_elastic, promotes
 from sweeps.execution.run.hours import Ledger
-from sweeps.execution.run.wrappers import budget_gated, is_gated, sweep_scheduler
+from sweeps.execution.run.wrappers import budget_gated, halting, is_gated, sweep_scheduler
 from sweeps.execution.tuning.tuner import QUEUED, build_tuner, limit_pending, needs_queue, rungs
 
 
@@ -68,6 +68,7 @@ def new_tuner(spec: SweepSpec, plan: Plan, sweep_id: str, name: str, given: list
     scheduler = sweep_scheduler(inner, [*starts, control.start_gate(name)], control.trial_stops(name), name=name)
     if spec.sweep.budget.enabled:
         search_alg = budget_gated(search_alg, live.ledger)
+    search_alg = halting(search_alg, control.halted(name))
     stop = sweep_stopper(name, guarded_stopper(spec, name, live.ledger if spec.sweep.budget.enabled else None))
     return build_tuner(spec, sweep_id, name, search_alg=search_alg, scheduler=scheduler, stopper=stop,
                        callbacks=run_callbacks, num_samples=num_samples, restored=is_restored(searcher))

@@ -124,6 +124,31 @@ class _Holding:
         return held
 
 
+class _Halted:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> bool:
+        live = session.session(self.name)
+        if not (live.interrupt.asked or live.stop_all):
+            return False
+        trials = getattr(live.callbacks.get("live"), "trials", None) or []
+        if any(t.status in UNFINISHED for t in trials):
+            return False
+        live.halted = True  # asked only while the search has trials to make: the run ends unfinished
+        return True
+
+
+def halted(name: str) -> Any:
+    """A picklable ``halted()`` for the run ``name``'s search algorithm: True once a stop was asked of Tune's loop
+    (:func:`request_stop`, SIGTERM's way in too) and no trial of the run is unfinished, so that the loop ends even
+    while it waits for a trial to make (:func:`.wrappers.halting`). While a trial is unfinished Tune's loop does not
+    wait there, and the search goes on as not finished: a scheduler that acts once the search is done (promotion
+    ASHA stops its unpromoted trials then) decides as if no stop had come. A run whose search was halted ends
+    interrupted (resumable) though none of its trials is unfinished: the search had more to make."""
+    return _Halted(name)
+
+
 def holding(name: str) -> Any:
     """A picklable ``hold()`` for the run ``name``'s search algorithm: True while no trial may start."""
     return _Holding(name)

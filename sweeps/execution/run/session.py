@@ -60,6 +60,7 @@ class Session:
     scheduler_from: Any = None  # an extension: the scheduler state the sweep's last run saved
     interrupt: Interrupt = field(default_factory=Interrupt)  # ends Tune's loop as Ctrl-C does (stop requests)
     stop_all: bool = False  # a stop where the tune_interrupt lever is off: the Stopper ends every trial
+    halted: bool = False  # a stop ended the search with trials still to make (control.halted): the run is unfinished
 
     def __post_init__(self) -> None:
         self.census.sweep_id = self.sweep_id
@@ -82,6 +83,7 @@ class Outcome:
     hours: dict[str, float | None]
     stopped_by: str | None = None  # an operator's `sweeps stop` (who), not a signal
     running_s: float | None = None  # what the sweep's time budget counted, its earlier runs included
+    halted: bool = False  # a stop ended the search with trials still to make: interrupted, though none is unfinished
 
 
 _sessions: dict[str, Session] = {}
@@ -110,7 +112,8 @@ def outcome(sweep_id: str) -> Outcome:
     stopping = (s.control.stopping if s.control is not None else None) or {}
     clock = s.clock
     return Outcome(stalled=s.stalled, metric_missing=s.metric_problem, hours=s.ledger.record(),
-                   stopped_by=stopping.get("by"), running_s=clock.used() if clock is not None else None)
+                   stopped_by=stopping.get("by"), running_s=clock.used() if clock is not None else None,
+                   halted=s.halted)
 
 
 def end(sweep_id: str) -> None:

@@ -49,6 +49,7 @@ class _Gated:
         self.limit: int | None = None
         self.handed = 0
         self.done = False  # its own flag: Tune's SearchAlgorithm keeps one under a private name
+        self.halted: Callable[[], bool] | None = None  # finished for as long as it says so (:func:`halting`)
 
     @property
     def metric(self) -> Any:
@@ -85,7 +86,7 @@ class _Gated:
         self.inner.on_trial_complete(trial_id, result=result, error=error)
 
     def is_finished(self) -> bool:
-        return bool(self.done or self.inner.is_finished())
+        return bool(self.done or self.inner.is_finished() or (self.halted is not None and self.halted()))
 
     def set_finished(self) -> None:
         self.done = True
@@ -105,6 +106,31 @@ class _Gated:
             with open(saved[-1]) as f:
                 state = json.load(f)
             self.handed, self.done = int(state.get("handed", 0)), bool(state.get("done", False))
+
+
+def halting(search_alg: Any, halted: Callable[[], bool]) -> Any:
+    """The search algorithm, finished for as long as ``halted()`` says (a stop was asked of Tune's loop).
+
+    With no trial running, paused or pending, Tune's loop waits within one step for the search algorithm's next
+    trial (asking once a second, for up to 600 s), and reads its interrupted event only between steps: a stop
+    asked then (a paused sweep with nothing running, or the last running trial ending as the stop applies) would
+    wait that long. That wait ends once the search algorithm says it is finished. It says so only while halted,
+    and never records it (its saved state is not finished), so a resume goes on making trials. A model-based
+    searcher gets Tune's own ``SearchGenerator`` (what Tune wraps it in anyway) with that one answer added.
+    """
+    from ray.tune.search import Searcher, SearchGenerator
+
+    if is_gated(search_alg):
+        search_alg.halted = halted
+        return search_alg
+    if not isinstance(search_alg, Searcher):
+        return search_alg
+
+    class HaltingGenerator(SearchGenerator):  # type: ignore[misc]
+        def is_finished(self) -> bool:
+            return bool(super().is_finished() or halted())
+
+    return HaltingGenerator(search_alg)
 
 
 def delegate(cls: type, names: tuple[str, ...]) -> None:
