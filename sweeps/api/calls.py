@@ -101,8 +101,8 @@ def confirm_sweep(sweep_id: str, top_k: int | None = None, seeds: int | None = N
         out = confirm(sweep_id, top_k, seeds, list(overrides))
     records, summ = load_sweep(out.record)
     folder = default_report_dir(out.record).resolve()
-    from sweeps.tracking.models import ids_for
+    from sweeps.reports.trialindex import model_ids
 
-    write_all(out.record, records, summ, folder, ids_for(out.record))
+    write_all(out.record, records, summ, folder, model_ids(out.record))
     return Confirmation(out.record.sweep_id, out.record.metric, list(out.intervals), out.note,
                         folder / "report.html", interrupted=out.interrupted)

@@ -69,10 +69,10 @@ class SweepResult:
         """The trials as a pandas DataFrame: the same rows and columns as the report's ``trials.csv`` (ranked
         trials first, best first; ``param/<name>``, ``best/<metric>``, ``final/<metric>``, ``status``...)."""
         if self._trials is None:
+            from sweeps.reports.trialindex import model_ids
             from sweeps.reports.write import trials_table
-            from sweeps.tracking.models import ids_for
 
-            self._trials = trials_table(self.record, self.trial_records, self.summary, ids_for(self.record))
+            self._trials = trials_table(self.record, self.trial_records, self.summary, model_ids(self.record))
         return self._trials
 
     @property

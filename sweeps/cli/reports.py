@@ -25,9 +25,9 @@ def cli_report(args: argparse.Namespace) -> int:
     sweep = load(args.sweep_id)
     rec, records = sweep.record, sweep.trial_records
     out = (Path(args.out) if getattr(args, "out", None) else default_report_dir(rec)).resolve()
-    from sweeps.tracking.models import ids_for
+    from sweeps.reports.trialindex import model_ids
 
-    written = write(rec, records, sweep.summary, out, formats, ids_for(rec))
+    written = write(rec, records, sweep.summary, out, formats, model_ids(rec))
     print(f"report for {rec.sweep_id} ({len(records)} trial(s)) in {out}:")
     for p in written:
         print(f"  {p}")

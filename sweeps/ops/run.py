@@ -267,7 +267,7 @@ def _records(spec: SweepSpec, rec: store.SweepRecord, settled: bool) -> list[Any
     recovery.keep_final(rec.experiment_dirs[-1])
     try:
         return load_records(rec.experiment_dirs, spec.sweep.metric, spec.sweep.mode, spec.trainable.epochs,
-                            settled=settled)
+                            settled=settled, keep=True)
     except Exception as exc:  # a sweep that died before Tune wrote its state has no trials
         log.warning("could not read trial results from %s (%s)", rec.experiment_dirs, exc)
         return []
@@ -279,9 +279,9 @@ def _report(rec: store.SweepRecord, records_: list[Any], summ: summary.Summary, 
 
     try:
         out_dir = Path(spec.report.dir) / rec.experiment / rec.sweep_id
-        from sweeps.tracking.models import ids_for
+        from sweeps.reports.trialindex import model_ids
 
-        written = write_all(rec, records_, summ, out_dir, ids_for(rec))
+        written = write_all(rec, records_, summ, out_dir, model_ids(rec, keep=False))
         store.update(rec.sweep_id, report_dir=str(out_dir.resolve()))
         try:
             c.log_artifacts(rec.parent_run_id, str(out_dir), artifact_path="report")

@@ -16,6 +16,7 @@ from typing import Any
 from sweeps import store
 from sweeps.config import stored
 from sweeps.ops.heartbeat import refuse_if_live
+from sweeps.reports import trialindex
 from sweeps.reports.results import TrialRecord, load_records
 from sweeps.tracking import client as mc
 
@@ -159,4 +160,5 @@ def sync(sweep_id: str) -> dict[str, Any]:
         c.set_terminated(rec.parent_run_id, status=final)
         counts["statuses_set"] += 1
     counts["best_model_id"] = _rank(c, rec, trials)
+    trialindex.forget_models(rec)  # a model made or replaced here is not among the ids a report kept
     return counts

@@ -26,7 +26,8 @@ class NoResults(SweepsError):
 
 
 def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
-    """A sweep's trial records and summary: from its Ray results folder(s), else from its MLflow runs.
+    """A sweep's trial records and summary: from its Ray results folder(s), else from its MLflow runs. A sweep
+    that is not running keeps what was read as its trial index (:mod:`sweeps.reports.trialindex`).
 
     Raises:
         NoResults: when neither the Ray results nor the sweep's MLflow runs can be read.
@@ -38,7 +39,7 @@ def load_sweep(rec: SweepRecord) -> tuple[list[Any], Summary]:
     settings = summary.settings_of(sweep)
     if any(uris.is_dir(d) for d in rec.experiment_dirs):
         records = load_records(rec.experiment_dirs, metric, mode, settings["max_epochs"],
-                               settled=rec.status == "finished")
+                               settled=rec.status == "finished", keep=rec.status != "running")
     else:
         log.warning(
             "sweep %s: Ray results gone (%s); rebuilding from its MLflow runs",

@@ -8,7 +8,7 @@ folder or an object store.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sweeps import uris
@@ -35,6 +35,8 @@ class TrialRecord:
     best_checkpoint_value: float | None = None  # the sweep metric Tune recorded with that checkpoint
     best_checkpoint_iteration: int | None = None
     error_file: str | None = None  # the trial's full traceback, in storage
+    # {param: ((iteration, value), ...)} for each parameter whose value changed (PBT); None: not read yet
+    schedule: dict[str, tuple[tuple[int, Any], ...]] | None = None
 
     def values(self, metric: str) -> list[float]:
         return [h[metric] for h in self.history if metric in h]
@@ -112,26 +114,43 @@ def epochs_of(config: dict[str, Any]) -> int | None:
 
 
 def load_records(experiment_dirs: list[str], metric: str, mode: str, epochs: int | None = None,
-                 settled: bool = False) -> list[TrialRecord]:
+                 settled: bool = False, keep: bool = False) -> list[TrialRecord]:
     """All trials of a sweep (over its original run and any extensions).
 
     ``settled``: the sweep ended normally, so a trial a scheduler left PAUSED (HyperBand never resumes the
     losers of a bracket) is over: it counts as TERMINATED (early-stopped if it ran short of its epochs).
+    ``keep``: keep what was read as each experiment's trial index (:mod:`sweeps.reports.trialindex`; the driver
+    does, as the sweep's run ends); an index that still matches the experiment's state is read in its place.
     """
-    from sweeps.execution.levers import tune_trials
     from sweeps.execution.levers.tune_files import STATE_PREFIX
+    from sweeps.reports import trialindex
 
+    settings = {"metric": metric, "mode": mode, "epochs": epochs, "settled": settled}
     records: list[TrialRecord] = []
     for exp_dir in experiment_dirs:
-        if not any(n.startswith(STATE_PREFIX) for n in uris.listdir(exp_dir)):
+        names = uris.listdir(exp_dir)
+        if not any(n.startswith(STATE_PREFIX) for n in names):
             continue
-        fs, _ = uris.filesystem(exp_dir)
-        for trial in tune_trials.trials(exp_dir):
-            record = _record(trial, metric, mode, epochs, settled, fs)
-            if settled and not record.history and record.status == "TERMINATED":
-                continue  # queued but never started before the sweep ended (a time or resource budget)
-            records.append(record)
+        indexed = trialindex.read(exp_dir, names, settings, TrialRecord)
+        if indexed is None:
+            indexed = _from_tune(exp_dir, metric, mode, epochs, settled)
+            if keep:
+                trialindex.write(exp_dir, names, settings, [asdict(r) for r in indexed])
+        records.extend(indexed)
     return records
+
+
+def _from_tune(exp_dir: str, metric: str, mode: str, epochs: int | None, settled: bool) -> list[TrialRecord]:
+    from sweeps.execution.levers import tune_trials
+
+    fs, _ = uris.filesystem(exp_dir)
+    out = []
+    for trial in tune_trials.trials(exp_dir):
+        record = _record(trial, metric, mode, epochs, settled, fs)
+        if settled and not record.history and record.status == "TERMINATED":
+            continue  # queued but never started before the sweep ended (a time or resource budget)
+        out.append(record)
+    return out
 
 
 def _record(trial: Any, metric: str, mode: str, epochs: int | None, settled: bool, fs: Any) -> TrialRecord:
@@ -149,7 +168,7 @@ def _record(trial: Any, metric: str, mode: str, epochs: int | None, settled: boo
         trial_id=trial.trial_id, status=status,
         params={k: v for k, v in (trial.config or {}).items() if not str(k).startswith("_")},
         history=history, early_stopped=early, error=error_text(err), error_file=err,
-        path=location, num_failures=trial.num_failures,
+        path=location, num_failures=trial.num_failures, schedule=_schedule(rows),
         **(_checkpoint_fields(location, rows, metric, mode) if location else {}),
     )
 
@@ -162,20 +181,23 @@ def read_param_schedules(records: list[TrialRecord]) -> dict[str, dict[str, tupl
     """
     out: dict[str, dict[str, tuple[tuple[int, Any], ...]]] = {}
     for rec in records:
-        if not rec.path:
-            continue
-        seqs: dict[str, list[tuple[int, Any]]] = {}
-        for i, row in enumerate(_rows(rec.path), 1):
-            if not isinstance(row.get("config"), dict):
-                continue
-            step = int(row.get("training_iteration", i))
-            for k, v in row["config"].items():
-                if str(k).startswith("_"):
-                    continue
-                seq = seqs.setdefault(str(k), [])
-                if not seq or seq[-1][1] != v:
-                    seq.append((step, v))
-        changed = {k: tuple(v) for k, v in seqs.items() if len(v) > 1}
+        changed = rec.schedule if rec.schedule is not None else _schedule(_rows(rec.path)) if rec.path else {}
         if changed:
             out[rec.trial_id] = changed
     return out
+
+
+def _schedule(rows: list[dict[str, Any]]) -> dict[str, tuple[tuple[int, Any], ...]]:
+    """The parameters whose value changed over a trial's result rows, each as its changes."""
+    seqs: dict[str, list[tuple[int, Any]]] = {}
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row.get("config"), dict):
+            continue
+        step = int(row.get("training_iteration", i))
+        for k, v in row["config"].items():
+            if str(k).startswith("_"):
+                continue
+            seq = seqs.setdefault(str(k), [])
+            if not seq or seq[-1][1] != v:
+                seq.append((step, v))
+    return {k: tuple(v) for k, v in seqs.items() if len(v) > 1}

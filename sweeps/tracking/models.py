@@ -276,12 +276,17 @@ def _untag(client: Any, model_id: str, key: str) -> None:
 
 def ids_for(rec: Any) -> dict[str, str]:
     """Trial id -> model id of a stored sweep (its record's store), {} when the store cannot say."""
+    try:
+        return ids_of(rec)
+    except Exception as exc:  # an unreachable store, or one without LoggedModels: the report goes without
+        log.debug("no model ids for %s (%s)", rec.sweep_id, exc)
+        return {}
+
+
+def ids_of(rec: Any) -> dict[str, str]:
+    """:func:`ids_for`, raising when the store cannot say."""
     from sweeps.tracking.client import client
 
     if not rec.mlflow_experiment_id:
         return {}
-    try:
-        return of_sweep(client(rec.tracking_uri), rec.mlflow_experiment_id, rec.sweep_id)
-    except Exception as exc:  # an unreachable store, or one without LoggedModels: the report goes without
-        log.debug("no model ids for %s (%s)", rec.sweep_id, exc)
-        return {}
+    return of_sweep(client(rec.tracking_uri), rec.mlflow_experiment_id, rec.sweep_id)
