@@ -10,7 +10,8 @@ tracker's own timer), and the size of Tune's experiment state on disk. A run cut
 
 At the end: the RSS growth per finished trial past the first ``--warm`` (goal <= 50 KB), the driver's peak, MLflow's
 share of the driver's wall (goal <= 5%), and how long ``sweeps list``/``status``/``report`` take on the finished
-sweep (goal < 2 s each).
+sweep (goal < 2 s each; the report twice: the first keeps the trials' model ids beside the sweep's trial index,
+``sweeps/reports/trialindex.py``, and later ones read both).
 
 With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations from the ``--warm``-th finished trial on
 (``tracemalloc``, 10 frames; slows the driver) and prints what grew until 90% of them had finished, by allocating line
@@ -254,7 +255,9 @@ def summarize(a: argparse.Namespace, got: dict[str, Any], root: Path, env: dict[
                      "uploads' threads")
     cli = [sys.executable, "-m", "sweeps"]
     for what, args in (("list", ["list"]), ("status", ["status", got["sweep_id"]]),
-                       ("report --format md", ["report", got["sweep_id"], "--format", "md"])):
+                       ("report --format md", ["report", got["sweep_id"], "--format", "md"]),
+                       ("report --format md, again", ["report", got["sweep_id"], "--format", "md"]),
+                       ("report (every format: md, csv, html and its plots)", ["report", got["sweep_id"]])):
         lines.append(f"  sweeps {what}: {timed([*cli, *args], env, root):.2f} s (goal < 2 s)")
     return lines
 
