@@ -98,6 +98,12 @@ def size(location: str) -> int:
     return int(_info(location).size or 0)
 
 
+def size_and_mtime(location: str) -> tuple[int, float | None]:
+    """:func:`size` and :func:`mtime` of ``location`` from one look at it (one request on an object store)."""
+    info = _info(location)
+    return int(info.size or 0), info.mtime.timestamp() if info.mtime is not None else None
+
+
 def listdir(location: str) -> list[str]:
     """Names (not paths) directly inside a folder; empty when it does not exist."""
     import pyarrow.fs as pafs

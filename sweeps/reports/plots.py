@@ -113,8 +113,10 @@ def _param_panel(
         return float(cats.index(str(v))) if categorical else float(v)  # type: ignore[arg-type]
 
     have = [r for r in rows if name in r.params]
-    good = [r for r in have if _finite(r.best) and not r.failed]
-    bad = [r for r in have if not (_finite(r.best) and not r.failed)]  # one pass each: 5,000 trials took 9 s
+    good: list[Row] = []
+    bad: list[Row] = []  # split in one pass (a membership test per trial took 9 s over 5,000 trials)
+    for r in have:
+        (good if _finite(r.best) and not r.failed else bad).append(r)
     ax.scatter([x_of(r) for r in good], [r.best for r in good], s=18, alpha=0.75, label="trials")
     best = [r for r in good if r.trial_id == best_id]
     if best:

@@ -32,47 +32,57 @@ from sweeps import uris
 log = logging.getLogger(__name__)
 INDEX = "sweeps-trials.json"
 MODELS = "sweeps-models.json"
-VERSION = 1
+VERSION = 2  # 2: one layout for both files (version, key, stamp, then what is kept)
 
 
 def stamp(experiment_dir: str, names: list[str]) -> list[list[Any]]:
     """The experiment's Tune state files as they are now: [name, size, modification time] each."""
     from sweeps.execution.levers.tune_files import STATE_PREFIX
 
-    out = []
-    for name in sorted(n for n in names if n.startswith(STATE_PREFIX)):
-        location = uris.join(experiment_dir, name)
-        out.append([name, uris.size(location), uris.mtime(location)])
-    return out
+    return [[name, *uris.size_and_mtime(uris.join(experiment_dir, name))]
+            for name in sorted(n for n in names if n.startswith(STATE_PREFIX))]
+
+
+def _kept(experiment_dir: str, file: str, names: list[str], key: dict[str, Any]) -> dict[str, Any] | None:
+    """What was kept in ``file`` beside the experiment for ``key``, while the experiment's state is as it was
+    then; None otherwise (none kept, another key, a newer state, a damaged file)."""
+    if file not in names:
+        return None
+    try:
+        kept = json.loads(uris.read_text(uris.join(experiment_dir, file)))
+        if kept.get("version") == VERSION and kept.get("key") == key and kept.get("stamp") == stamp(experiment_dir,
+                                                                                                    names):
+            return dict(kept)
+    except Exception as exc:  # a damaged file keeps nothing: the caller reads the long way
+        log.debug("%s of %s is unreadable (%s)", file, experiment_dir, exc)
+    return None
+
+
+def _keep(experiment_dir: str, file: str, names: list[str], key: dict[str, Any], **payload: Any) -> None:
+    """Keep ``payload`` in ``file`` beside the experiment for ``key``, stamped with its state as it is now. Never
+    raises: what is kept is a shortcut, never a reason to fail."""
+    try:
+        data = json.dumps({"version": VERSION, "key": key, "stamp": stamp(experiment_dir, names), **payload},
+                          separators=(",", ":"))
+        uris.write_bytes(uris.join(experiment_dir, file), data.encode())
+    except Exception as exc:  # values JSON cannot hold, storage that refuses writes: the next read goes the long way
+        log.debug("could not keep %s of %s (%s)", file, experiment_dir, exc)
 
 
 def read(experiment_dir: str, names: list[str], settings: dict[str, Any], make: Callable[..., Any]) -> list[Any] | None:
     """The experiment's trials from its index (each made by ``make(**fields)``), or None where it has no index, or
     one written for other settings or an older state."""
-    if INDEX not in names:
-        return None
+    kept = _kept(experiment_dir, INDEX, names, settings)
     try:
-        index = json.loads(uris.read_text(uris.join(experiment_dir, INDEX)))
-        if index.get("version") != VERSION or index.get("settings") != settings:
-            return None
-        if index.get("stamp") != stamp(experiment_dir, names):
-            return None
-        return [make(**_restored(t)) for t in index["trials"]]
+        return None if kept is None else [make(**_restored(t)) for t in kept["trials"]]
     except Exception as exc:  # a damaged index is no index: Tune's state is read instead
         log.debug("the trial index of %s is unreadable (%s): reading Tune's state", experiment_dir, exc)
         return None
 
 
 def write(experiment_dir: str, names: list[str], settings: dict[str, Any], trials: list[dict[str, Any]]) -> None:
-    """Keep ``trials`` (each a record's fields) as the experiment's index, stamped with its state as it is now.
-    Never raises: an index is a shortcut, never a reason to fail."""
-    try:
-        data = json.dumps({"version": VERSION, "settings": settings, "stamp": stamp(experiment_dir, names),
-                           "trials": trials}, separators=(",", ":"))
-        uris.write_bytes(uris.join(experiment_dir, INDEX), data.encode())
-    except Exception as exc:  # params of a type JSON cannot hold, storage that refuses writes
-        log.debug("could not write the trial index of %s (%s): the next read goes through Tune", experiment_dir,
-                  exc)
+    """Keep ``trials`` (each a record's fields) as the experiment's index, stamped with its state as it is now."""
+    _keep(experiment_dir, INDEX, names, settings, trials=trials)
 
 
 def _restored(fields: dict[str, Any]) -> dict[str, Any]:
@@ -94,26 +104,21 @@ def model_ids(rec: Any, keep: bool = True) -> dict[str, str]:
     last: str = rec.experiment_dirs[-1]
     key = {"sweep_id": rec.sweep_id, "experiment_dirs": list(rec.experiment_dirs), "store": rec.tracking_uri,
            "experiment": rec.mlflow_experiment_id}
-    names: list[str] = []
     try:
         names = uris.listdir(last)
-        kept = json.loads(uris.read_text(uris.join(last, MODELS))) if MODELS in names else {}
-        if kept.get("version") == VERSION and kept.get("key") == key and kept.get("stamp") == stamp(last, names):
-            return {str(k): str(v) for k, v in kept["models"].items()}
-    except Exception as exc:  # damaged: asked again
-        log.debug("the kept model ids of %s are unreadable (%s)", rec.sweep_id, exc)
+    except Exception as exc:  # storage that cannot be listed: MLflow is asked, nothing kept
+        log.debug("could not list %s (%s)", last, exc)
+        return ids_for(rec)
+    kept = _kept(last, MODELS, names, key)
+    if kept is not None and isinstance(kept.get("models"), dict):
+        return {str(k): str(v) for k, v in kept["models"].items()}
     try:
         ids = ids_of(rec)
     except Exception as exc:  # an unreachable store, or one without LoggedModels: the report goes without
         log.debug("no model ids for %s (%s)", rec.sweep_id, exc)
         return {}
-    if not keep:
-        return ids
-    try:
-        data = {"version": VERSION, "key": key, "stamp": stamp(last, names), "models": ids}
-        uris.write_bytes(uris.join(last, MODELS), json.dumps(data).encode())
-    except Exception as exc:  # storage that refuses writes: the next report asks MLflow again
-        log.debug("could not keep the model ids of %s (%s)", rec.sweep_id, exc)
+    if keep:
+        _keep(last, MODELS, names, key, models=ids)
     return ids
 
 
