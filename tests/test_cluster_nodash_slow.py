@@ -151,7 +151,7 @@ def test_another_job_holding_every_cpu_stalls_the_sweep_and_the_watchdog_ends_it
     try:
         assert hog.stdout is not None and hog.stdout.readline().startswith("HELD"), "the other job holds nothing"
         proc = env.run("run", *TRIAL, *parts.remote(), f"storage.path={parts.s3.uri('stall')}",
-                       "sweep.num_samples=2", "sweep.stall_timeout_s=45", extra_env=parts.driver_env(), timeout=600)
+                       "sweep.num_samples=2", "sweep.stall_timeout_s=25", extra_env=parts.driver_env(), timeout=600)
     finally:
         kill_group(hog)
     out = proc.stdout + proc.stderr

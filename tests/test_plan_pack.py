@@ -113,6 +113,28 @@ def test_without_a_gpu_the_dry_run_plans_for_one_and_a_run_is_refused(monkeypatc
         plan.make_plan(spec, plan.local_resources(spec), local=True)
 
 
+GPU_COUNT = """
+import json, sys
+from sweeps.execution.resources import plan
+plan.GPU_DEVICE_NODES = tuple(sys.argv[1:])
+print(json.dumps([plan._visible_gpus(), "torch" in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize(("nodes", "asks_torch"), [((), False), (("/dev/null",), True)])
+def test_the_gpu_count_imports_torch_only_where_a_gpu_device_node_exists(nodes: tuple[str, ...],
+                                                                         asks_torch: bool) -> None:
+    """A CPU-only machine plans 0 GPUs without importing torch (~1.5 s of every driver's start); where a GPU
+    driver's device node exists, torch counts them (this machine has none, so a stand-in node: torch says 0)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", GPU_COUNT, *nodes], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0.0, asks_torch]
+
+
 def test_the_cli_dry_run_shows_the_packing_line(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "+experiment=quickstart", "trainable.use_gpu=true", "trainable.num_workers=1", "trainable.pack=2",
             "--dry-run"]

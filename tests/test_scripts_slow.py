@@ -165,11 +165,13 @@ def test_lightning_script_stopped_by_sigterm_resumes_each_trial_from_its_checkpo
 
 def test_pbt_of_the_lightning_script_applies_the_mutated_learning_rate_after_the_exploit(project: SweepsEnv) -> None:
     """PBT of the Lightning script: after an exploit the script trains with the mutated learning rate. Why its own
-    sweep: a sweep has one scheduler; it shares the scaffolded project with the other Lightning test."""
+    sweep: a sweep has one scheduler; it shares the scaffolded project with the other Lightning test. One Train
+    worker per trial: the exploit is the subject (the SIGTERM sweep above runs the script on two)."""
     env = project
     if not (env.root / "conf" / "trainable" / "lit.yaml").is_file():
         scaffold(env, "lit", "lightning_digits.py")
-    proc = env.run("run", "+experiment=lit", *COMMON, "scheduler=pbt", "trainable.params.max_epochs=4",
+    proc = env.run("run", "+experiment=lit", *COMMON, "trainable.num_workers=1", "scheduler=pbt",
+                   "trainable.params.max_epochs=4",
                    "scheduler.synch=true", "scheduler.perturbation_interval=2", "scheduler.quantile_fraction=0.5",
                    "scheduler.resample_probability=1.0", "checkpoint.num_to_keep=4",
                    "+scheduler.hyperparam_mutations.lr={dist: loguniform, low: 1.0e-3, high: 1.0e-1}",

@@ -8,9 +8,11 @@ by Tune.
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
 import os
+import sys
 from dataclasses import dataclass, field, replace
 
 from sweeps.config.spec import SweepSpec
@@ -208,13 +210,29 @@ def _within_bound(trial_cpus: float, conc: int) -> int:
     return min(conc, fit)
 
 
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL's GPU (what CUDA/HIP open)
+
+
 def _visible_gpus() -> float:
+    """The GPUs torch sees here (``torch.cuda.device_count()``, which honours ``CUDA_VISIBLE_DEVICES``). On a
+    machine with no GPU device node at all, 0 without importing torch: the import is ~1.5 s of the driver's
+    start on 2 cores, and the driver needs torch for nothing else (its trials import it in their own
+    processes)."""
+    if "torch" not in sys.modules and not _gpu_device_nodes():
+        return 0.0
     try:
         import torch
 
         return float(torch.cuda.device_count())
     except Exception:  # torch missing or broken CUDA: plan as CPU-only
         return 0.0
+
+
+def _gpu_device_nodes() -> bool:
+    """Whether a GPU driver's device node exists (Linux); where /dev cannot tell (another OS), True: ask torch."""
+    if not sys.platform.startswith("linux") or not os.path.isdir("/dev"):
+        return True
+    return any(glob.glob(pattern) for pattern in GPU_DEVICE_NODES)
 
 
 def cluster_resources() -> Resources:
