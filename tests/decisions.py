@@ -15,13 +15,13 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from conftest import SweepsEnv, wait_for
+from harness import Sweep
 
 LRS = [0.05, 0.04, 0.03, 0.02, 0.01, 0.005]
 _ids = itertools.count()  # trial ids unique across calls: an oracle fed twice keeps both trials apart
@@ -164,13 +164,15 @@ class Project:
         self.root = tmp_path / "proj"
         self.conf = project(self.root)
         self.env.env["SWEEPS_CONF_DIR"] = str(self.conf)
+        self.sweeps = Sweep(self.env, cwd=self.root)  # the one harness: every command runs through it
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return self.env.run(*args, cwd=self.root, timeout=timeout)
+        """``python -m sweeps ARGS`` from the project folder, to its end (any exit code)."""
+        return self.sweeps.cli(*args, timeout=timeout)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=self.root, env=self.env.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        """``python -m sweeps ARGS`` from the project folder, in its own session, output piped."""
+        return self.sweeps.start(*args)
 
     def record(self) -> dict | None:
         found = list((self.env.home / "sweeps").glob("[!.]*.json")) if (self.env.home / "sweeps").is_dir() else []

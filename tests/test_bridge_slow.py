@@ -24,7 +24,7 @@ def _index(env: SweepsEnv) -> dict:
     return Sweep.only(env).record()
 
 
-def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(tmp_path: Path) -> None:
+def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(sweep: Sweep) -> None:
     """Issue 19 items 7 and 8: a Tune callback 0.4 s per result behind a 30-epoch Train run (epochs ~0.1 s).
 
     Before the bounded bridge, Train ran ahead, deleted checkpoints the driver had not copied yet, and the
@@ -32,30 +32,27 @@ def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(tmp_path: Pat
     ``checkpoint.num_to_keep`` checkpoints by the sweep metric plus the latest one (Tune keeps it for resume),
     and no Train run folder is left. Why its own sweep: its driver is slowed on purpose (tests/bridge_sweep.py
     adds the lagging callback), which no shared sweep may be."""
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     keep, epochs = 2, 30
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(REPO / "tests" / "bridge_sweep.py"), "0.4", "+experiment=quickstart",
-             "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1", "trainable.in_process=false",
-             f"trainable.params.epochs={epochs}",
-             "search_space.lr={dist: choice, values: [0.01]}", f"checkpoint.num_to_keep={keep}",
-             "sweep.metric=val/loss", "sweep.mode=min", "cluster.health_check_interval_s=0.1"],
-            cwd=env.root, env=env.env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
-        (trial,) = out["trials"]
-        assert trial["error"] is None, trial["error"]
-        rows = _rows(Path(trial["path"]))
-        assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
-        kept = {d.name for d in Path(trial["path"]).iterdir() if d.name.startswith("checkpoint_")}
-        best = sorted(rows, key=lambda r: r["val/loss"])[:keep]
-        expected = {r["checkpoint_dir_name"] for r in [*best, rows[-1]]}
-        assert kept == expected, (kept, expected)
-        storage = Path(out["storage"])
-        assert not (storage / "bridgetest-train").exists(), list((storage / "bridgetest-train").rglob("*"))[:10]
-    finally:
-        env.cleanup()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bridge_sweep.py"), "0.4", "+experiment=quickstart",
+         "scheduler=fifo", "sweep.num_samples=1", "trainable.num_workers=1", "trainable.in_process=false",
+         f"trainable.params.epochs={epochs}",
+         "search_space.lr={dist: choice, values: [0.01]}", f"checkpoint.num_to_keep={keep}",
+         "sweep.metric=val/loss", "sweep.mode=min", "cluster.health_check_interval_s=0.1"],
+        cwd=env.root, env=env.env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    (trial,) = out["trials"]
+    assert trial["error"] is None, trial["error"]
+    rows = _rows(Path(trial["path"]))
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
+    kept = {d.name for d in Path(trial["path"]).iterdir() if d.name.startswith("checkpoint_")}
+    best = sorted(rows, key=lambda r: r["val/loss"])[:keep]
+    expected = {r["checkpoint_dir_name"] for r in [*best, rows[-1]]}
+    assert kept == expected, (kept, expected)
+    storage = Path(out["storage"])
+    assert not (storage / "bridgetest-train").exists(), list((storage / "bridgetest-train").rglob("*"))[:10]
 
 
 DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric=val_loss", "sweep.mode=min",

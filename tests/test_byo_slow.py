@@ -73,41 +73,38 @@ def _diagnosis(trials: dict[str, list[dict]], log: Path) -> dict:
     return {"tune": tune, "loop": [(e["lr"], e["epoch"], round(e["end"] - e["start"], 2)) for e in loop]}
 
 
-def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tune(tmp_path: Path) -> None:
+def test_a_ray_docs_loop_under_asha_survives_a_driver_kill_and_is_counted_by_tune(sweep: Sweep, tmp_path: Path) -> None:
     """What the module's docstring says must hold, on one ASHA sweep of the Ray-docs loop. Why its own sweep: its
     driver is SIGKILLed mid-sweep (the subject), and the loop logs its own epochs to compare with Tune's."""
     from sweeps.reports.results import load_records
     from sweeps.reports.summary import collect
 
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     log = tmp_path / "epochs"
     log.mkdir()
-    try:
-        proc = env.popen("run", *DOCS, f"+trainable.params.epoch_log={log}")
-        wait_for(lambda: _reported(env) >= 3, 480, what="three reported epochs")
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its session: a power cut
-        proc.wait(timeout=30)
-        env.kill_ray()
-        out = env.run("resume", "latest", timeout=900)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        rec = _index(env)
-        assert rec["status"] == "finished", rec["status"]
-        trials = {d.name: _rows(d) for d in trial_dirs(rec["experiment_dirs"][0])}
-        assert len(trials) == 4 and all(trials.values())
-        # resume continuity: the loop's epoch follows Tune's iteration in every row (never back to 0)
-        for name, rows in trials.items():
-            assert all(r["epoch"] == r["training_iteration"] - 1 for r in rows), (name, [
-                (r["training_iteration"], r["epoch"]) for r in rows])
-        # completion from Tune's iterations, not the loop's 0-based epoch (which never reaches EPOCHS)
-        full = sum(1 for rows in trials.values() if max(r["training_iteration"] for r in rows) == EPOCHS)
-        assert full >= 1 and rec["counts"]["completed"] == full, (rec["counts"], full)
-        assert rec["counts"]["early_stopped"] == 4 - full, rec["counts"]
-        # the training time behind the efficiency figure, against the loop's own timestamps
-        summ = collect(load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], EPOCHS, settled=True),
-                       rec["metric"], rec["mode"], max_epochs=EPOCHS, wall_s=rec["wall_s"], slots=rec["slots"])
-        once, every = _logged_train_s(log)
-        assert summ.t_ideal_s is not None and once > 0
-        tune_s = summ.t_ideal_s * (rec["slots"] or 1)
-        assert 0.8 * once <= tune_s <= 1.2 * every, (tune_s, once, every, _diagnosis(trials, log))
-    finally:
-        env.cleanup()
+    proc = env.popen("run", *DOCS, f"+trainable.params.epoch_log={log}")
+    wait_for(lambda: _reported(env) >= 3, 480, what="three reported epochs")
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its session: a power cut
+    proc.wait(timeout=30)
+    env.kill_ray()
+    out = env.run("resume", "latest", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rec = _index(env)
+    assert rec["status"] == "finished", rec["status"]
+    trials = {d.name: _rows(d) for d in trial_dirs(rec["experiment_dirs"][0])}
+    assert len(trials) == 4 and all(trials.values())
+    # resume continuity: the loop's epoch follows Tune's iteration in every row (never back to 0)
+    for name, rows in trials.items():
+        assert all(r["epoch"] == r["training_iteration"] - 1 for r in rows), (name, [
+            (r["training_iteration"], r["epoch"]) for r in rows])
+    # completion from Tune's iterations, not the loop's 0-based epoch (which never reaches EPOCHS)
+    full = sum(1 for rows in trials.values() if max(r["training_iteration"] for r in rows) == EPOCHS)
+    assert full >= 1 and rec["counts"]["completed"] == full, (rec["counts"], full)
+    assert rec["counts"]["early_stopped"] == 4 - full, rec["counts"]
+    # the training time behind the efficiency figure, against the loop's own timestamps
+    summ = collect(load_records(rec["experiment_dirs"], rec["metric"], rec["mode"], EPOCHS, settled=True),
+                   rec["metric"], rec["mode"], max_epochs=EPOCHS, wall_s=rec["wall_s"], slots=rec["slots"])
+    once, every = _logged_train_s(log)
+    assert summ.t_ideal_s is not None and once > 0
+    tune_s = summ.t_ideal_s * (rec["slots"] or 1)
+    assert 0.8 * once <= tune_s <= 1.2 * every, (tune_s, once, every, _diagnosis(trials, log))

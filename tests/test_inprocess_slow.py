@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, trial_dirs
+from conftest import trial_dirs
 from harness import Sweep
 
 pytestmark = pytest.mark.slow
@@ -110,43 +110,40 @@ def _project(root: Path, out: Path) -> Path:
     return root / "conf"
 
 
-def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(tmp_path: Path) -> None:
-    env = SweepsEnv(tmp_path)
+def test_one_process_runs_the_trials_and_none_sees_what_the_one_before_left(sweep: Sweep, tmp_path: Path) -> None:
+    env = sweep.env
     root, out = tmp_path / "proj", tmp_path / "found"
     out.mkdir()
     env.env["SWEEPS_CONF_DIR"] = str(_project(root, out))
-    try:
-        dry = env.run("run", "+experiment=probe", "--dry-run", cwd=root, check=True)
-        assert "in the trial's own process, reused for the next trial" in dry.stdout, dry.stdout[-2000:]
-        env.run("run", "+experiment=probe", cwd=root, check=True, timeout=600)
-        found = {float(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
-        assert sorted(found) == sorted(LRS), found
-        first = found[LRS[0]]
-        assert len({f["torch_seed"] for f in found.values()}) == len(LRS), "torch seeded alike: not from the OS"
-        assert {f["pid"] for f in found.values()} == {first["pid"]}, "the trials did not share one process"
-        assert [found[lr]["before"] for lr in LRS] == [[], LRS[:1], LRS[:2]], "not one reused process, in order"
-        dirty = random.Random(1).random()
-        for lr in LRS:
-            f = found[lr]
-            assert f["lr"] == lr and f["world"] == 1, f
-            assert f["torch_seed"] != DIRTY_SEED, ("torch's random state of the trial before", f)
-            assert f["draw"] != dirty, ("Python's random state of the trial before", f)
-            assert f["threads"] == 2, ("the thread count is not the trial's 2 CPUs", f)
-            assert "left-behind.txt" not in f["files"], ("the working directory of the trial before", f)
-            assert f["checkpoint"] is False, ("get_checkpoint() returned the trial before's checkpoint", f)
-        rec = Sweep.only(env).record()
-        # stopped at their first epoch, the second and third trials' loops took 4 s to end while the next trial
-        # waited for their process: stopped early, none failed (Tune's 2 s wait failed the next trial)
-        assert rec["counts"]["failed"] == 0 and rec["counts"]["early_stopped"] == 2, rec["counts"]
-        for trial in trial_dirs(rec["experiment_dirs"][0]):
-            rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
-            epochs = 2 if rows[-1]["config"]["lr"] == LRS[0] else 1
-            assert [r["epoch"] for r in rows] == list(range(epochs)), (trial, rows)
-            assert len(list(trial.glob("checkpoint_*"))) == epochs, trial
-            assert not list(trial.glob("events.out.tfevents*")), "Tune's own TensorBoard logger is off (driver memory)"
-            first_row = rows[0]
-            stages = [v for k, v in first_row.items() if k.startswith("startup/") and k.endswith("_s")
-                      and k != "startup/total_s"]
-            assert stages and abs(sum(stages) - first_row["startup/total_s"]) < 0.01, first_row
-    finally:
-        env.cleanup()
+    dry = env.run("run", "+experiment=probe", "--dry-run", cwd=root, check=True)
+    assert "in the trial's own process, reused for the next trial" in dry.stdout, dry.stdout[-2000:]
+    env.run("run", "+experiment=probe", cwd=root, check=True, timeout=600)
+    found = {float(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(found) == sorted(LRS), found
+    first = found[LRS[0]]
+    assert len({f["torch_seed"] for f in found.values()}) == len(LRS), "torch seeded alike: not from the OS"
+    assert {f["pid"] for f in found.values()} == {first["pid"]}, "the trials did not share one process"
+    assert [found[lr]["before"] for lr in LRS] == [[], LRS[:1], LRS[:2]], "not one reused process, in order"
+    dirty = random.Random(1).random()
+    for lr in LRS:
+        f = found[lr]
+        assert f["lr"] == lr and f["world"] == 1, f
+        assert f["torch_seed"] != DIRTY_SEED, ("torch's random state of the trial before", f)
+        assert f["draw"] != dirty, ("Python's random state of the trial before", f)
+        assert f["threads"] == 2, ("the thread count is not the trial's 2 CPUs", f)
+        assert "left-behind.txt" not in f["files"], ("the working directory of the trial before", f)
+        assert f["checkpoint"] is False, ("get_checkpoint() returned the trial before's checkpoint", f)
+    rec = Sweep.only(env).record()
+    # stopped at their first epoch, the second and third trials' loops took 4 s to end while the next trial
+    # waited for their process: stopped early, none failed (Tune's 2 s wait failed the next trial)
+    assert rec["counts"]["failed"] == 0 and rec["counts"]["early_stopped"] == 2, rec["counts"]
+    for trial in trial_dirs(rec["experiment_dirs"][0]):
+        rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
+        epochs = 2 if rows[-1]["config"]["lr"] == LRS[0] else 1
+        assert [r["epoch"] for r in rows] == list(range(epochs)), (trial, rows)
+        assert len(list(trial.glob("checkpoint_*"))) == epochs, trial
+        assert not list(trial.glob("events.out.tfevents*")), "Tune's own TensorBoard logger is off (driver memory)"
+        first_row = rows[0]
+        stages = [v for k, v in first_row.items() if k.startswith("startup/") and k.endswith("_s")
+                  and k != "startup/total_s"]
+        assert stages and abs(sum(stages) - first_row["startup/total_s"]) < 0.01, first_row

@@ -12,10 +12,9 @@ import socket
 import threading
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client, trial_dirs, wait_for
+from conftest import mlflow_client, trial_dirs, wait_for
 from harness import Sweep
 
 pytestmark = pytest.mark.slow
@@ -119,10 +118,10 @@ def test_an_embedded_sweep_listens_on_loopback_only(sweep: Sweep) -> None:
     assert store and all(is_loopback(x.ip) for x in store), (first["sys/rendezvous"], train)
 
 
-def test_sweeps_ui_listens_on_loopback_only(tmp_path: Path) -> None:
+def test_sweeps_ui_listens_on_loopback_only(sweep: Sweep) -> None:
     from sweeps.tracking.server import free_port, healthy
 
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     port = free_port()
     proc = env.popen("ui", "--port", str(port))
     try:
@@ -138,4 +137,3 @@ def test_sweeps_ui_listens_on_loopback_only(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        env.cleanup()

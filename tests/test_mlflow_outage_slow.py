@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv, mlflow_client, wait_for
+from conftest import mlflow_client, wait_for
 from harness import Sweep
 
 from sweeps.tracking import server as mlflow_server
@@ -32,8 +32,8 @@ def _reader(proc) -> list[str]:  # noqa: ANN001
     return lines
 
 
-def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
-    env = SweepsEnv(tmp_path)
+def test_server_outage_loses_no_metric(sweep: Sweep, tmp_path: Path) -> None:
+    env = sweep.env
     store = f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}"
     (tmp_path / "server").mkdir()
     artifacts = tmp_path / "server" / "artifacts"
@@ -73,4 +73,3 @@ def test_server_outage_loses_no_metric(tmp_path: Path) -> None:
         assert c.get_run(rec["parent_run_id"]).info.status == "FINISHED"
     finally:
         srv.stop()
-        env.cleanup()

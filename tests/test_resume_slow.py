@@ -208,38 +208,35 @@ def _last_epoch(env: SweepsEnv) -> int:
     return max((r.get("epoch", 0) for rows in _trial_rows(env) or [] for r in rows), default=0)
 
 
-def test_killed_train_worker_restarts_from_checkpoint(tmp_path: Path) -> None:
+def test_killed_train_worker_restarts_from_checkpoint(sweep: Sweep) -> None:
     """A Train worker SIGKILLed mid-trial: the trial restarts from its checkpoint. Why its own sweep: the kill is the
     subject."""
     # SLOW_EPOCHS leaves seconds to find and kill a worker mid-trial; with the quickstart's net the 10 epochs once
     # ended between two polls and there was nothing left to kill (CI, stop 14).
     epochs = 14
-    env = SweepsEnv(tmp_path)
-    try:
-        proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
-                         "search_space.lr={dist: choice, values: [0.01]}", *SLOW_EPOCHS,
-                         f"trainable.params.epochs={epochs}", "failure.worker_max_failures=2")
-        wait_for(lambda: _last_epoch(env) >= 1 or proc.poll() is not None, 480, what="a first reported epoch")
+    env = sweep.env
+    proc = env.popen("run", *BASE, "sweep.num_samples=1", "trainable.num_workers=2",
+                     "search_space.lr={dist: choice, values: [0.01]}", *SLOW_EPOCHS,
+                     f"trainable.params.epochs={epochs}", "failure.worker_max_failures=2")
+    wait_for(lambda: _last_epoch(env) >= 1 or proc.poll() is not None, 480, what="a first reported epoch")
 
-        def mid_trial() -> list[int]:
-            return _train_worker_pids(proc) if 2 <= _last_epoch(env) <= epochs - 4 else []
+    def mid_trial() -> list[int]:
+        return _train_worker_pids(proc) if 2 <= _last_epoch(env) <= epochs - 4 else []
 
-        pids = wait_for(mid_trial, 120, interval=0.1,
-                        what=f"Train workers mid-trial (last epoch now {_last_epoch(env)} of {epochs})")
-        killed_after = _last_epoch(env)
-        os.kill(pids[-1], signal.SIGKILL)
-        out, _ = proc.communicate(timeout=400)
-        assert proc.returncode == 0, out[-4000:]
-        rec = _index(env)
-        (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
-        rows = _rows(trial_dir)
-        epochs_seen = [r["epoch"] for r in rows]
-        assert epochs_seen[-1] == epochs, epochs_seen
-        assert epochs_seen.count(1) == 1 and epochs_seen == sorted(epochs_seen), f"restarted from zero: {epochs_seen}"
-        # the kill did restart the worker group, and it resumed from a checkpoint written at or after the kill point
-        restores = [r["restored_epoch"] for r in rows if "restored_epoch" in r]
-        assert restores, f"no restore after killing a Train worker at epoch {killed_after}: {epochs_seen}"
-        assert restores[0] >= killed_after, (restores, killed_after)
-        assert rec["counts"]["failed"] == 0
-    finally:
-        env.cleanup()
+    pids = wait_for(mid_trial, 120, interval=0.1,
+                    what=f"Train workers mid-trial (last epoch now {_last_epoch(env)} of {epochs})")
+    killed_after = _last_epoch(env)
+    os.kill(pids[-1], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-4000:]
+    rec = _index(env)
+    (trial_dir,) = trial_dirs(rec["experiment_dirs"][0])
+    rows = _rows(trial_dir)
+    epochs_seen = [r["epoch"] for r in rows]
+    assert epochs_seen[-1] == epochs, epochs_seen
+    assert epochs_seen.count(1) == 1 and epochs_seen == sorted(epochs_seen), f"restarted from zero: {epochs_seen}"
+    # the kill did restart the worker group, and it resumed from a checkpoint written at or after the kill point
+    restores = [r["restored_epoch"] for r in rows if "restored_epoch" in r]
+    assert restores, f"no restore after killing a Train worker at epoch {killed_after}: {epochs_seen}"
+    assert restores[0] >= killed_after, (restores, killed_after)
+    assert rec["counts"]["failed"] == 0

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import SweepsEnv
+from harness import Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +43,11 @@ def _leaks(roots: list[Path]) -> dict[str, list[str]]:
     return found
 
 
-def test_no_secret_at_rest_after_a_real_sweep(tmp_path: Path) -> None:
+def test_no_secret_at_rest_after_a_real_sweep(sweep: Sweep, tmp_path: Path) -> None:
     """Why its own sweep: every byte under its folder is searched after it, so nothing else may share the folder."""
     from sweeps.tracking import server as mlflow_server
 
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     srv_dir = tmp_path / "server"
     srv_dir.mkdir()
     ini = srv_dir / "auth.ini"
@@ -102,4 +102,3 @@ def test_no_secret_at_rest_after_a_real_sweep(tmp_path: Path) -> None:
         assert not leaks, f"secrets at rest: {leaks}"
     finally:
         server.stop()
-        env.cleanup()

@@ -174,45 +174,43 @@ def _worker_processes(stage_log: Path) -> list[tuple[str, int, float]]:
 
 
 @pytest.mark.parametrize("searcher", ["optuna", "hyperopt"])
-def test_model_based_searchers_use_their_model_after_the_start_up_trials(searcher: str, tmp_path: Path) -> None:
+def test_model_based_searchers_use_their_model_after_the_start_up_trials(searcher: str, sweep: Sweep,
+                                                                       tmp_path: Path) -> None:
     """Why its own sweep: the searcher is the subject (model-based suggestions after its start-up trials).
 
     Also, its trials one at a time: with Optuna, 1-worker trials in their own process (the default), and that
     process is reused for the next trial (issue 51; what a reused process carries over: tests/test_inprocess_slow.py);
     with HyperOpt, the same trials as a worker group of one (``in_process=false``), whose Train worker is a fresh
     process each time: Train's controller and workers never outlive their Train run."""
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     in_process = searcher == "optuna"
-    try:
-        overrides = [f"+experiment=digits_{searcher}", "sweep.num_samples=4", "sweep.max_concurrent_trials=1",
-                     "trainable.num_workers=1", f"trainable.in_process={'auto' if in_process else 'false'}",
-                     "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
-                     f"{STARTUP[searcher]}=2", *FAST]
-        stage_log = tmp_path / "stages.jsonl"
-        env.run("run", *overrides, check=True, extra_env={"SWEEPS_STAGE_LOG": str(stage_log)})
-        rec = _record(env)
-        # in the order the searcher suggested them: Tune's trial counter in the folder name (searchers' trial ids
-        # are random hex, so sorting by id shuffles them)
-        trials = sorted(_trials(env, rec), key=lambda t: int(Path(t.path).name.split("_")[3]))
-        assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
-        workers = _worker_processes(stage_log)
-        assert sorted(w[0] for w in workers) == sorted(t.trial_id for t in trials), workers
-        if in_process:
-            assert len({w[1:] for w in workers}) < 4, ("no trial's process was reused for the next", workers)
-        else:
-            assert len({w[1:] for w in workers}) == 4, ("a Train worker process was reused across trials", workers)
-        state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
-        assert state, f"{searcher} state is saved for resume/extend"
-        names = sorted(trials[0].params)
-        random = [{k: r[k] for k in names} for r in _random_suggestions(searcher, overrides, 4)]
-        seen = [{k: t.params[k] for k in names} for t in trials]
-        assert seen[:2] == random[:2], "the two start-up trials are the seeded random ones"
-        # TPE's first model-based draw can coincide with the random stream's next one (its candidates come from
-        # the same seeded generator): the two model-based trials together must not be the random sequence
-        assert seen[2:] != random[2:], \
-            f"{searcher} suggested the random start-up sequence after its start-up trials: no model used"
-    finally:
-        env.cleanup()
+    overrides = [f"+experiment=digits_{searcher}", "sweep.num_samples=4", "sweep.max_concurrent_trials=1",
+                 "trainable.num_workers=1", f"trainable.in_process={'auto' if in_process else 'false'}",
+                 "trainable.params.epochs=2", "scheduler=fifo", "report.enabled=false",
+                 f"{STARTUP[searcher]}=2", *FAST]
+    stage_log = tmp_path / "stages.jsonl"
+    env.run("run", *overrides, check=True, extra_env={"SWEEPS_STAGE_LOG": str(stage_log)})
+    rec = _record(env)
+    # in the order the searcher suggested them: Tune's trial counter in the folder name (searchers' trial ids
+    # are random hex, so sorting by id shuffles them)
+    trials = sorted(_trials(env, rec), key=lambda t: int(Path(t.path).name.split("_")[3]))
+    assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
+    workers = _worker_processes(stage_log)
+    assert sorted(w[0] for w in workers) == sorted(t.trial_id for t in trials), workers
+    if in_process:
+        assert len({w[1:] for w in workers}) < 4, ("no trial's process was reused for the next", workers)
+    else:
+        assert len({w[1:] for w in workers}) == 4, ("a Train worker process was reused across trials", workers)
+    state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
+    assert state, f"{searcher} state is saved for resume/extend"
+    names = sorted(trials[0].params)
+    random = [{k: r[k] for k in names} for r in _random_suggestions(searcher, overrides, 4)]
+    seen = [{k: t.params[k] for k in names} for t in trials]
+    assert seen[:2] == random[:2], "the two start-up trials are the seeded random ones"
+    # TPE's first model-based draw can coincide with the random stream's next one (its candidates come from
+    # the same seeded generator): the two model-based trials together must not be the random sequence
+    assert seen[2:] != random[2:], \
+        f"{searcher} suggested the random start-up sequence after its start-up trials: no model used"
 
 
 SECRET = "s3cr3t-Value-9731"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 from conftest import FAST, SweepsEnv, mlflow_client, trial_dirs
@@ -25,14 +24,14 @@ def _best(rows: list[dict], metric: str) -> float:
     return max(r[metric] for r in rows if metric in r and math.isfinite(r[metric]))
 
 
-def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(tmp_path: Path) -> None:
+def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(sweep: Sweep) -> None:
     """A 2-point grid with ``confirm.enabled`` and ``promote.require_confirmed``: the run confirms its top 2 over
     2 seeds and promotes the confirmed winner itself; ``promote --confirmed`` picks the same one. Why its own
     sweep: confirm re-runs its trials at its end, which a shared sweep would change for its other tests."""
     import numpy as np
     from scipy import stats
 
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     receiver = Receiver("ok")
     hook = {"SWEEPS_TEST_HOOK": receiver.url}  # given as ${oc.env:...}: a later `promote` composes it again
     try:
@@ -81,17 +80,16 @@ def test_confirm_reruns_the_top_k_over_seeds_and_ranks_by_the_pessimistic_bound(
         assert events[0] == "finished" and events[-1] == "promoted", events
     finally:
         receiver.server.shutdown()
-        env.cleanup()
 
 
-def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_extend(tmp_path: Path) -> None:
+def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_extend(sweep: Sweep) -> None:
     """One sweep for the resource budget end to end: trial drivers hold a logical GPU (a fake GPU on this CPU
     box), `sweep.budget.gpu_hours` stops starting trials, the hours recorded are the bundles x the time each
     trial held them (compared with its MLflow run's start and end, which Tune's callbacks set), `--dry-run`
     estimates the next sweep's hours from it, `extend` finds the budget spent and starts nothing, and the
     finished event reaches a receiver configured by `notify.on`/`notify.timeout_s`. Why its own sweep: its
     budget must bind (a fake GPU, 5 s epochs), so it runs fewer trials than it asks for."""
-    env = SweepsEnv(tmp_path)
+    env = sweep.env
     receiver = Receiver("ok")
     hook = {"SWEEPS_TEST_HOOK": receiver.url}  # by reference: `extend` reads it again, nothing stores the URL
     # 2 epochs of >= 5 s each: a trial holds its GPU >= 10 s; of 15 GPU-seconds the first trial (its cost not
@@ -138,4 +136,3 @@ def test_a_gpu_hour_budget_counts_what_trials_held_and_binds_the_sweep_across_ex
         assert after["hours"]["gpu_used"] == pytest.approx(used, abs=1e-6)
     finally:
         receiver.server.shutdown()
-        env.cleanup()
