@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 from sweeps.execution.run import startup
 from sweeps.execution.train import startup as trial_side
@@ -242,3 +243,35 @@ def test_a_reused_trial_actors_placement_wait_is_counted_once(local_ray) -> None
     ray.util.remove_placement_group(pg)
     assert first is not None and first >= 0 and again == 0.0
     assert trial_side.pg_wait_s() is None, "outside a group"
+
+
+def test_the_driver_decides_the_loopback_levers_on_a_helper_thread_while_ray_starts(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the embedded Ray the loopback levers' probe (it imports torch and Train's torch backend: ~1.5 s on 2
+    cores) runs beside Ray's start-up, which mostly waits on Ray's own processes, not on the driver's thread
+    before or after it. (Ray's start stands in here; a real sweep's listeners line: tests/test_loopback_slow.py.)"""
+    import threading
+
+    from sweeps.config import build as config_build
+    from sweeps.config import compose
+    from sweeps.execution.cluster import loopback, raystart
+    from sweeps.ops import launch
+
+    monkeypatch.setenv("SWEEPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SWEEPS_CONF_DIR", str(REPO / "conf"))
+    spec = config_build.build_spec(compose.compose(["+experiment=quickstart", "trainable.num_workers=1"]))
+    decided, seen = threading.Event(), {}
+
+    def probe() -> None:
+        seen["thread"] = threading.current_thread() is not threading.main_thread()
+        decided.set()
+
+    def start(*args: Any, **kwargs: Any) -> None:
+        seen["while_ray_starts"] = decided.wait(10)
+
+    monkeypatch.setattr(loopback, "internals_missing", probe)
+    monkeypatch.setattr(raystart, "start", start)
+    monkeypatch.setattr(launch, "stop_ray", lambda: None)
+    with launch.launched(spec):
+        pass
+    assert seen == {"thread": True, "while_ray_starts": True}

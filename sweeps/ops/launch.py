@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from sweeps import paths
 from sweeps.config.spec import SweepSpec
 from sweeps.errors import BadInput
-from sweeps.execution.cluster import raystart, remote, versions
+from sweeps.execution.cluster import loopback, raystart, remote, versions
 from sweeps.execution.resources import plan, storage
 from sweeps.execution.tuning import keeper
 from sweeps.ops.signals import shielded
@@ -53,12 +53,16 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     os.environ["SWEEPS_HOME"] = str(paths.home())
     custom = {k: v for k, v in pre.resources.total.items() if k not in BUILTIN_RESOURCES} if pre else None
     # Opening the MLflow store (import, SQLAlchemy engine, closing a dead driver's runs: ~1.5 s) overlaps
-    # Ray's start-up, which mostly waits on its own processes.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweeps-mlflow") as pool:
+    # Ray's start-up, which mostly waits on its own processes; on the embedded Ray so does deciding the loopback
+    # levers (their probe imports torch and Train's torch backend, ~1.5 s on 2 cores: the run's listeners line).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweeps-mlflow") as pool:
         opening = pool.submit(_open_store, spec.tracking.uri)
+        deciding = pool.submit(loopback.internals_missing) if local else None
         raystart.start(spec, pre.num_cpus_to_start if pre else None, custom, pre.concurrent_trials if pre else 1)
     try:
         c = opening.result()
+        if deciding is not None:
+            deciding.result()
         the_plan = pre or remote.remote_plan(spec)
         if not local:
             storage.check_shared_storage(spec.storage_path)
