@@ -211,7 +211,8 @@ def older_sweep(older_server: tuple[str, Path], tmp_path_factory: pytest.TempPat
 def test_a_real_sweep_on_a_mlflow_2_server_keeps_run_artifacts_says_so_once_and_promotes(
         older_server: tuple[str, Path], older_sweep: tuple[SweepsEnv, dict, str]) -> None:
     """The sweep's driver says once that the server holds no LoggedModels; each trial's best checkpoint is its
-    run's artifacts; ``sweeps promote`` registers a version from the best trial's run artifacts."""
+    run's artifacts; ``sweeps promote`` registers a version from the best trial's run artifacts. Shares the
+    module's sweep against the real MLflow 2 server (fixture ``older_sweep``)."""
     url, artifacts = older_server
     env, rec, printed = older_sweep
     said = [line for line in printed.splitlines() if "LoggedModels" in line]

@@ -50,6 +50,8 @@ def _trial_dirs(rec: dict) -> list[Path]:
 
 
 def test_no_trial_succeeds_exits_1_then_retry_errored_finishes(sweep: Sweep) -> None:
+    """Every trial fails once (exit 1, every run FAILED), then ``resume --retry-errored`` finishes them from their
+    checkpoints. Why its own sweep: no trial of it may succeed."""
     env = sweep.env
     proc = env.run("run", *TINY, "sweep.num_samples=2", "sweep.max_concurrent_trials=2", "failure.max_failures=0",
                    "failure.worker_max_failures=0", "+trainable.params.fault=raise_once",
