@@ -55,7 +55,7 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     # Opening the MLflow store (import, SQLAlchemy engine, closing a dead driver's runs: ~1.5 s) overlaps
     # Ray's start-up, which mostly waits on its own processes; on the embedded Ray so does deciding the loopback
     # levers (their probe imports torch and Train's torch backend, ~1.5 s on 2 cores: the run's listeners line).
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweeps-mlflow") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweeps-launch") as pool:
         opening = pool.submit(_open_store, spec.tracking.uri)
         deciding = pool.submit(loopback.internals_missing) if local else None
         raystart.start(spec, pre.num_cpus_to_start if pre else None, custom, pre.concurrent_trials if pre else 1)
