@@ -13,6 +13,8 @@ import pytest
 from conftest import REPO, SweepsEnv
 from harness import Sweep
 
+from sweeps import uris
+
 pytestmark = pytest.mark.slow
 
 
@@ -51,8 +53,8 @@ def test_lagging_driver_gets_every_checkpoint_and_keeps_the_best_n(sweep: Sweep)
     best = sorted(rows, key=lambda r: r["val/loss"])[:keep]
     expected = {r["checkpoint_dir_name"] for r in [*best, rows[-1]]}
     assert kept == expected, (kept, expected)
-    storage = Path(out["storage"])
-    assert not (storage / "bridgetest-train").exists(), list((storage / "bridgetest-train").rglob("*"))[:10]
+    train_runs = uris.join(out["storage"], "bridgetest-train")  # a storage location: through sweeps.uris
+    assert not uris.exists(train_runs), uris.listdir(train_runs)[:10]
 
 
 DOCS = ["trainable=ray_docs_style", "search_space=ray_docs_style", "sweep.metric=val_loss", "sweep.mode=min",

@@ -3,6 +3,7 @@ The real sweep's stages (MLflow runs, the report's table) are checked in tests/t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -246,7 +247,7 @@ def test_a_reused_trial_actors_placement_wait_is_counted_once(local_ray) -> None
 
 
 def test_the_driver_decides_the_loopback_levers_on_a_helper_thread_while_ray_starts(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the embedded Ray the loopback levers' probe (it imports torch and Train's torch backend: ~1.5 s on 2
     cores) runs beside Ray's start-up, which mostly waits on Ray's own processes, not on the driver's thread
     before or after it. (Ray's start stands in here; a real sweep's listeners line: tests/test_loopback_slow.py.)"""

@@ -11,6 +11,8 @@ import pytest
 from conftest import SweepsEnv, mlflow_client, model_files
 from harness import Sweep
 
+from sweeps import uris
+
 pytestmark = pytest.mark.slow
 
 FAST = ["cluster.worker_start_timeout_s=60", "report.enabled=true"]
@@ -193,7 +195,7 @@ def test_model_based_searchers_use_their_model_after_the_start_up_trials(searche
     rec = _record(env)
     # in the order the searcher suggested them: Tune's trial counter in the folder name (searchers' trial ids
     # are random hex, so sorting by id shuffles them)
-    trials = sorted(_trials(env, rec), key=lambda t: int(Path(t.path).name.split("_")[3]))
+    trials = sorted(_trials(env, rec), key=lambda t: int(uris.basename(t.path).split("_")[3]))
     assert len(trials) == 4 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
     workers = _worker_processes(stage_log)
     assert sorted(w[0] for w in workers) == sorted(t.trial_id for t in trials), workers
@@ -201,7 +203,8 @@ def test_model_based_searchers_use_their_model_after_the_start_up_trials(searche
         assert len({w[1:] for w in workers}) < 4, ("no trial's process was reused for the next", workers)
     else:
         assert len({w[1:] for w in workers}) == 4, ("a Train worker process was reused across trials", workers)
-    state = list(Path(rec["experiment_dirs"][0]).glob("searcher-state-*.pkl"))
+    state = [n for n in uris.listdir(rec["experiment_dirs"][0])  # a storage location: through sweeps.uris
+             if n.startswith("searcher-state-") and n.endswith(".pkl")]
     assert state, f"{searcher} state is saved for resume/extend"
     names = sorted(trials[0].params)
     random = [{k: r[k] for k in names} for r in _random_suggestions(searcher, overrides, 4)]
