@@ -401,6 +401,44 @@ def test_gloo_and_nccl_are_pinned_to_loopback_unless_the_user_set_their_own(monk
     assert not pinned.keys() & raystart.train_env(remote).keys(), "a cluster's nodes choose their own interfaces"
 
 
+# Run in a fresh interpreter: the sweep's listeners line and the levers the driver decides beside Ray's start
+# (sweeps.ops.launch), and whether that imported torch.
+LISTENERS = """
+import json, sys
+from sweeps.ops.prepare import prepare
+from sweeps.ops import launch
+from sweeps.execution.cluster import loopback
+spec = prepare(["+experiment=quickstart", *sys.argv[1:]])
+missing = loopback.internals_missing(launch.needs_rendezvous(spec))
+print(json.dumps([launch.listeners(spec), missing, "torch" in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize(("overrides", "line", "imports_torch"), [
+    (["trainable.num_workers=1"], "loopback only (Ray on 127.0.0.1; each trial trains in its own process: no torch "
+                                  "rendezvous, gloo or NCCL)", False),
+    (["trainable.num_workers=1", "trainable.in_process=false"],
+     "loopback only (Ray, the torch rendezvous, gloo and NCCL on 127.0.0.1)", True),
+    (["trainable.num_workers=2"], "loopback only (Ray, the torch rendezvous, gloo and NCCL on 127.0.0.1)", True),
+])
+def test_a_sweep_of_in_process_trials_asks_no_rendezvous_lever_and_its_driver_imports_no_torch(
+        overrides: list[str], line: str, imports_torch: bool, tmp_path: Path) -> None:
+    """Trials that each train in their own process form no torch process group: the driver decides only Ray's
+    node-address lever (the rendezvous lever's probe imports torch and Train's torch backend, ~1.4 CPU-s of every
+    such driver), and the listeners line says why there is no rendezvous. A worker group, even of one, keeps both."""
+    import json
+    import os
+    import subprocess
+
+    conf = Path(__file__).parents[1] / "conf"
+    env = {**os.environ, "SWEEPS_HOME": str(tmp_path / "home"), "SWEEPS_CONF_DIR": str(conf)}
+    for key in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, "-c", LISTENERS, *overrides], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [line, None, imports_torch]
+
 # -- through the CLI ------------------------------------------------------------------------------------------
 
 

@@ -263,7 +263,7 @@ def test_the_driver_decides_the_loopback_levers_on_a_helper_thread_while_ray_sta
     spec = config_build.build_spec(compose.compose(["+experiment=quickstart", "trainable.num_workers=1"]))
     decided, seen = threading.Event(), {}
 
-    def probe() -> None:
+    def probe(*args: Any) -> None:
         seen["thread"] = threading.current_thread() is not threading.main_thread()
         decided.set()
 

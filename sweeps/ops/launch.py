@@ -33,6 +33,17 @@ def check_remote(spec: SweepSpec) -> None:
                        f"--host 0.0.0.0) and set tracking.uri=http://HOST:PORT")
 
 
+def needs_rendezvous(spec: SweepSpec) -> bool:
+    """Whether the sweep's trials form torch process groups (a worker group each): not where every trial
+    trains in its own process (:func:`sweeps.execution.resources.plan.in_process`)."""
+    return not plan.in_process(spec)
+
+
+def listeners(spec: SweepSpec) -> str:
+    """Where the sweep's processes listen: the record's and the parent run's line."""
+    return loopback.listeners(spec.cluster.mode, rendezvous=needs_rendezvous(spec))
+
+
 @contextmanager
 def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     """Check everything that can be checked, start (or join) Ray, yield (plan, MLflow client); stop Ray.
@@ -54,10 +65,11 @@ def launched(spec: SweepSpec) -> Iterator[tuple[plan.Plan, Any]]:
     custom = {k: v for k, v in pre.resources.total.items() if k not in BUILTIN_RESOURCES} if pre else None
     # Opening the MLflow store (import, SQLAlchemy engine, closing a dead driver's runs: ~1.5 s) overlaps
     # Ray's start-up, which mostly waits on its own processes; on the embedded Ray so does deciding the loopback
-    # levers (their probe imports torch and Train's torch backend, ~1.5 s on 2 cores: the run's listeners line).
+    # levers (the run's listeners line; the rendezvous lever's probe imports torch and Train's torch backend,
+    # ~1.5 s on 2 cores, and only a sweep whose trials form worker groups asks it).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sweeps-launch") as pool:
         opening = pool.submit(_open_store, spec.tracking.uri)
-        deciding = pool.submit(loopback.internals_missing) if local else None
+        deciding = pool.submit(lambda: loopback.internals_missing(needs_rendezvous(spec))) if local else None
         raystart.start(spec, pre.num_cpus_to_start if pre else None, custom, pre.concurrent_trials if pre else 1)
     try:
         c = opening.result()

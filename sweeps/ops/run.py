@@ -16,12 +16,12 @@ from typing import Any
 from sweeps import store, uris
 from sweeps.config import redaction, stored
 from sweeps.config.spec import SweepSpec
-from sweeps.execution.cluster import loopback, memory
+from sweeps.execution.cluster import memory
 from sweeps.execution.resources.plan import per_trial
 from sweeps.execution.run import livestatus, recovery
 from sweeps.execution.run.owner import Run
 from sweeps.ops.heartbeat import Heartbeat, driver_fields
-from sweeps.ops.launch import launched, stop_ray_while
+from sweeps.ops.launch import launched, listeners, stop_ray_while
 from sweeps.ops.signals import STOP_DRAIN_S, Signals, shielded
 from sweeps.reports import summary
 from sweeps.tracking.parent import finish_parent, make_tracker, open_parent
@@ -75,7 +75,7 @@ def new_record(spec: SweepSpec, sweep_id: str, overrides: Sequence[str], exp_id:
         overrides=redaction.redact_overrides(overrides), config=spec.redacted(), digest=spec.digest(),
         metric=spec.sweep.metric, mode=spec.sweep.mode, searcher=spec.searcher_name, scheduler=spec.scheduler_name,
         schedule=schedule, previous_sweep_id=previous, slots=slots, per_trial=per_trial(spec), **driver_fields(),
-        listeners=loopback.listeners(spec.cluster.mode),
+        listeners=listeners(spec),
     )
 
 
@@ -89,7 +89,7 @@ def execute(spec: SweepSpec, overrides: Sequence[str], *, schedule: str | None =
     with launched(spec) as (the_plan, c):
         sweep_id = store.new_sweep_id(spec.sweep.name)
         c, exp_id, parent = open_parent(spec, sweep_id, overrides, schedule, previous,
-                                        listeners=loopback.listeners(spec.cluster.mode))
+                                        listeners=listeners(spec))
         rec = new_record(spec, sweep_id, overrides, exp_id, parent, the_plan.concurrent_trials, schedule, previous)
         try:
             store.save(rec)

@@ -32,14 +32,21 @@ SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # the loopback_node lever's switch
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 NCCL_IFNAME = "NCCL_SOCKET_IFNAME"
 NCCL_FAMILY = "NCCL_SOCKET_FAMILY"
+IN_PROCESS = "each trial trains in its own process: no torch rendezvous, gloo or NCCL"
 log = logging.getLogger(__name__)
 
 
-def internals_missing() -> str | None:
-    """Why the loopback levers are off in this process (:mod:`sweeps.execution.levers`), or None."""
-    from sweeps.execution.levers import core, loopback_node, rendezvous
+def internals_missing(rendezvous: bool = True) -> str | None:
+    """Why the loopback levers are off in this process (:mod:`sweeps.execution.levers`), or None.
 
-    off = [f"{lv.name}: {core.reason(lv)}" for lv in (loopback_node.LEVER, rendezvous.LEVER) if not core.applies(lv)]
+    ``rendezvous=False``: a sweep whose trials each train in their own process (no worker group, so no torch
+    rendezvous, gloo or NCCL) asks only about Ray's node address; the rendezvous lever's probe imports torch
+    and Train's torch backend (~1.4 CPU-s), which such a sweep's driver otherwise never imports."""
+    from sweeps.execution.levers import core, loopback_node
+    from sweeps.execution.levers import rendezvous as rdv
+
+    levers = (loopback_node.LEVER, rdv.LEVER) if rendezvous else (loopback_node.LEVER,)
+    off = [f"{lv.name}: {core.reason(lv)}" for lv in levers if not core.applies(lv)]
     return "; ".join(off) or None
 
 
@@ -74,13 +81,16 @@ def user_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k, pin in pins(lo).items() if env.get(k) and env[k] != pin}
 
 
-def listeners(mode: str, environ: Mapping[str, str] | None = None) -> str:
+def listeners(mode: str, environ: Mapping[str, str] | None = None, rendezvous: bool = True) -> str:
     """Where the sweep's processes listen, in one line: the parent run's ``sweeps.listeners`` tag and a line of
-    the report. On the embedded Ray: loopback only, or on what the user's own settings say."""
+    the report. On the embedded Ray: loopback only, or on what the user's own settings say. ``rendezvous=False``:
+    every trial trains in its own process, so only Ray listens (:func:`internals_missing`)."""
     if mode != "local":
         return "the cluster's addresses (cluster=remote: no loopback promise)"
-    if reason := internals_missing():
+    if reason := internals_missing(rendezvous):
         return f"the node's address, not loopback: Ray's public path ({reason})"
+    if not rendezvous:
+        return f"loopback only (Ray on 127.0.0.1; {IN_PROCESS})"
     if loopback_interface() is None:
         return "loopback for Ray and the rendezvous; gloo and NCCL not pinned (no loopback interface found)"
     own = user_settings(environ)
