@@ -216,6 +216,8 @@ def _epochs_in_order(experiment_dir: str) -> list[int]:
 
 
 def test_the_median_rule_resumed_after_sigterm_decides_as_the_straight_run(tmp_path: Path) -> None:
+    """The median stopping rule's sweep, stopped by SIGTERM after 3 trials and resumed, gives every configuration
+    the straight run's epochs. Why its own sweep: a sweep has one scheduler, and the stop is the subject."""
     from ray.tune.schedulers import MedianStoppingRule
 
     p = Project(tmp_path)
@@ -237,7 +239,8 @@ def test_pbt_resumed_after_sigterm_has_the_population_it_had_before_the_stop_and
         tmp_path: Path) -> None:
     """PBT's population (each trial's last score and last perturbation) as saved with the stopped sweep's state
     is the one the resumed run decides from; and the resumed run runs trials two at a time, as the first run did
-    (sweep.max_concurrent_trials=2), never more: counted from the sweep's live status while it runs."""
+    (sweep.max_concurrent_trials=2), never more: counted from the sweep's live status while it runs. Why its own
+    sweep: a sweep has one scheduler, and the stop is the subject."""
     import ray.cloudpickle as cloudpickle
     from ray.tune import ExperimentAnalysis
     from ray.tune.schedulers import PopulationBasedTraining
