@@ -372,6 +372,8 @@ def charlm_sweep(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.mark.slow
 def test_transformers_sweep_reports_through_the_bridge(charlm_sweep) -> None:  # noqa: ANN001
+    """Each trial's Trainer metrics reach Tune through the bridge, every epoch. Shares the module's transformers
+    sweep (fixture ``charlm_sweep``, whose setup is this test's time) with the promotion test."""
     env, rec = charlm_sweep
     trials = _trials(rec)
     assert len(trials) == 2 and all(t.status == "TERMINATED" and t.iterations == 2 for t in trials)
