@@ -13,6 +13,9 @@ share of the driver's wall (goal <= 5%), and how long ``sweeps list``/``status``
 sweep (goal < 2 s each; the report twice: the first keeps the trials' model ids beside the sweep's trial index,
 ``sweeps/reports/trialindex.py``, and later ones read both).
 
+``SWEEPS_MALLOC_TRIM=0`` runs the driver without its heap trim (``sweeps/execution/run/memtrim.py``), the
+baseline of that trim; ``SWEEPS_BENCH_TRIM=1`` trims once more at each printed row.
+
 With ``SWEEPS_BENCH_TRACEMALLOC=1`` the driver traces its Python allocations from the ``--warm``-th finished trial on
 (``tracemalloc``, 10 frames; slows the driver) and prints what grew until 90% of them had finished, by allocating line
 and file.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # In call order. The reaper before the keeper's sweeper: at the experiment's end its groups' removal stops the
 # Train workers that the sweeper's clean-up would otherwise race.
 WATCHERS = ("progress", "watchdog", "ledger", "census", "control", "live", "scheduler_state")
-HOUSEKEEPERS = ("reaper", "donor_pins", "latest_kept", "sweeper", "pool")
+HOUSEKEEPERS = ("reaper", "donor_pins", "latest_kept", "sweeper", "pool", "trim")
 
 
 def processes_per_trial(spec: SweepSpec, levers: warm.Levers) -> int:
@@ -96,7 +96,8 @@ def carry_budget(name: str, counted_s: float) -> None:
 
 def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[str, Any]:
     """The checkpoint keeper (PBT pins, latest checkpoints kept for resume, clean-up), the placement-group
-    reaper and the warm pool (when those levers are on)."""
+    reaper and the warm pool (when those levers are on), and the driver's heap trim (:mod:`.memtrim`)."""
+    from sweeps.execution.run import memtrim
     from sweeps.execution.tuning import keeper
     from sweeps.execution.warmstart import pool, reaper
 
@@ -108,7 +109,8 @@ def housekeepers(spec: SweepSpec, plan: Plan, sweep_id: str, name: str) -> dict[
 
     pins, latest, sweeper = keeper.callbacks(train_dir(spec, sweep_id), spec.checkpoint_num_to_keep,
                                              spec.sweep.metric, spec.sweep.mode, on_donor)
-    out: dict[str, Any] = {"donor_pins": pins, "latest_kept": latest, "sweeper": sweeper}
+    out: dict[str, Any] = {"donor_pins": pins, "latest_kept": latest, "sweeper": sweeper,
+                           "trim": memtrim.trim_callback()}
     if levers.lean:
         out["reaper"] = reaper.reaper_callback(sweep_id)
     if levers.pool and spec.cluster.mode == "local":
