@@ -184,9 +184,9 @@ def child(a: argparse.Namespace) -> None:
     count_calls()
     trim = None
     if os.environ.get("SWEEPS_BENCH_TRIM") == "1":  # glibc gives freed heap back to the OS at each row
-        import ctypes
+        from sweeps.execution.run import memtrim
 
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
+        trim = memtrim.trimmer()
 
     def sample() -> None:
         printed = 0
@@ -198,7 +198,7 @@ def child(a: argparse.Namespace) -> None:
             if n is not None and n // a.every > printed:
                 printed = n // a.every
                 if trim is not None:
-                    trim(0)
+                    trim()
                 print(f"ROW t={row[0] - began:7.0f} s  finished {n:5d}  driver RSS {row[1] / 1024:6.0f} MiB  "
                       f"MLflow {secs[0]:7.1f} s (loop {secs[1]:6.1f} s)  Tune state {state / 1024:8.0f} KiB",
                       flush=True)

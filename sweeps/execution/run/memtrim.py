@@ -3,7 +3,7 @@
 A sweep of thousands of short trials frees most of what each trial's results, callbacks and MLflow writes
 allocated, but glibc keeps freed pages inside its arenas, so the driver's resident memory keeps what it once
 held. ``malloc_trim(0)`` every ``EVERY`` ended trials hands those pages back (a walk of the heap: milliseconds).
-Over a 1,000-trial sweep of in-process trials it took the driver's growth from +134 to +97 KiB per finished
+Over a 1,000-trial sweep of in-process trials it took the driver's growth from +143 to +82 KiB per finished
 trial (benchmarks/RESULTS.md, "The driver's memory"). Linux with glibc only; elsewhere (musl, macOS, Windows)
 nothing happens. ``SWEEPS_MALLOC_TRIM=0`` turns it off.
 """
@@ -41,9 +41,10 @@ def trim_callback(every: int = EVERY, trim: Callable[[], int] | None = None) -> 
     """A Tune callback that trims the driver's heap every ``every`` ended trials, or None where it cannot."""
     from ray.tune import Callback
 
-    trim = trim or trimmer()
-    if trim is None:
+    found = trim or trimmer()
+    if found is None:
         return None
+    trims: Callable[[], int] = found  # narrowed for the closure below
 
     class Trim(Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -51,9 +52,9 @@ def trim_callback(every: int = EVERY, trim: Callable[[], int] | None = None) -> 
 
         def _ended(self) -> None:
             self.ended += 1
-            if self.ended % every == 0 and trim is not None:
+            if self.ended % every == 0:
                 began = time.perf_counter()
-                gave = trim()
+                gave = trims()
                 log.debug("malloc_trim after %d ended trials: %s in %.3f s", self.ended,
                           "memory given back" if gave else "nothing to give back", time.perf_counter() - began)
 
